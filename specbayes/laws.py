@@ -1,0 +1,630 @@
+r"""The formulas of the latency model — one definition each (DESIGN.md §1).
+
+Every function here is a plain, vectorised array function: arguments broadcast against each
+other (posterior draws × grids), nothing is looped in Python, and no function warns on the
+edges of its domain (``alpha = 1``, ``k = 0``, saturation). The PyMC models, the simulator
+checks, the planner and the tests all call these.
+
+The cheap closed forms (:func:`expected_tokens`, :func:`effective_costs`, :func:`latency`,
+:func:`closed_loop_latency`, :func:`expert_coverage`, :func:`moe_latency_unrolled`) also accept
+PyTensor tensors, so the model graph uses the very same code; with NumPy inputs PyTensor is
+never imported.
+
+Notation
+--------
+``rps``  request rate λ (requests/s, achieved); ``L`` mean end-to-end latency (s);
+``decode`` output tokens g; ``alpha`` per-token acceptance probability; ``k`` draft length
+(``k = 0`` is dense decoding); ``c1*`` load-independent and ``c2*`` load-dependent costs with
+suffix ``p`` (prefill, once per request), ``v`` (one verifier pass) and ``d`` (one drafter pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "alpha_from_acceptance_length",
+    "alpha_from_marginal",
+    "break_even",
+    "break_even_rps",
+    "closed_loop_latency",
+    "effective_costs",
+    "expected_tokens",
+    "expert_coverage",
+    "latency",
+    "marginal_acceptance",
+    "moe_latency",
+    "moe_latency_unrolled",
+    "optimal_k",
+    "routed_tokens",
+    "speedup",
+    "speedup_from_ratios",
+]
+
+
+def _namespace(*args: Any) -> ModuleType:
+    """Return ``pytensor.tensor`` if any argument is a PyTensor variable, else NumPy."""
+    for a in args:
+        if type(a).__module__.startswith("pytensor"):
+            import pytensor.tensor as pt
+
+            return pt
+    return np
+
+
+def _is_numpy(xp: ModuleType) -> bool:
+    return xp is np
+
+
+class _quiet:
+    """``np.errstate`` for NumPy inputs, a no-op for PyTensor graphs."""
+
+    def __init__(self, xp: ModuleType) -> None:
+        self._ctx = np.errstate(all="ignore") if _is_numpy(xp) else None
+
+    def __enter__(self) -> None:
+        if self._ctx is not None:
+            self._ctx.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+
+
+def _as_float(x: Any, xp: ModuleType) -> Any:
+    return np.asarray(x, dtype=float) if _is_numpy(xp) else xp.as_tensor_variable(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# §1.2 acceptance
+# ---------------------------------------------------------------------------------------------
+
+
+def expected_tokens(alpha: Any, k: Any) -> Any:
+    r"""Expected tokens committed per speculative-decoding cycle.
+
+    .. math::  E(\alpha, k) = \sum_{j=0}^{k} \alpha^j = \frac{1 - \alpha^{k+1}}{1 - \alpha}
+
+    with the limits :math:`E(1, k) = k + 1` (exact, no 0/0) and :math:`E(\alpha, 0) = 1`.
+    The ``j = 0`` term is the verifier's own (bonus) token.
+
+    Parameters
+    ----------
+    alpha : array_like
+        Per-token acceptance probability, in ``[0, 1]``.
+    k : array_like
+        Draft length (non-negative; ``0`` = dense decoding).
+
+    Returns
+    -------
+    ndarray
+        ``E``, within ``[1, k + 1]``; broadcast shape of the inputs.
+    """
+    xp = _namespace(alpha, k)
+    alpha = _as_float(alpha, xp)
+    k = _as_float(k, xp)
+    with _quiet(xp):
+        at_one = xp.eq(alpha, 1.0) if not _is_numpy(xp) else alpha == 1.0
+        one_minus = xp.where(at_one, 1.0, 1.0 - alpha)  # safe denominator, also for gradients
+        safe_alpha = xp.where(at_one, 0.5, alpha)
+        # 1 - alpha^(k+1) without cancellation near alpha = 1
+        numerator = -xp.expm1((k + 1.0) * xp.log(safe_alpha))
+        if _is_numpy(xp):
+            numerator = np.where(safe_alpha == 0.0, 1.0, numerator)
+        series = numerator / one_minus
+        out = xp.where(at_one, k + 1.0, series)
+        out = xp.where(xp.eq(k, 0.0) if not _is_numpy(xp) else k == 0.0, 1.0, out)
+    return out
+
+
+def marginal_acceptance(alpha: Any, k: Any) -> np.ndarray:
+    r"""Marginal acceptance (accepted drafts / drafted tokens) under i.i.d. acceptance.
+
+    .. math::  \rho(\alpha, k) = \frac{\alpha (1 - \alpha^k)}{k (1 - \alpha)} = \frac{E(\alpha,k)-1}{k}
+
+    This is what engines such as vLLM report as "acceptance rate"; :math:`\rho(1, k) = 1`,
+    :math:`\rho(\alpha, 1) = \alpha`, and :math:`\rho < \alpha` for :math:`k > 1`.
+
+    Parameters
+    ----------
+    alpha : array_like
+        Per-token acceptance probability in ``[0, 1]``.
+    k : array_like
+        Draft length, ``k >= 1`` (undefined without drafts).
+
+    Returns
+    -------
+    ndarray
+        ``rho`` in ``[0, 1]``.
+    """
+    k = np.asarray(k, dtype=float)
+    if np.any(k < 1):
+        raise ValueError("marginal_acceptance needs k >= 1: with no drafted tokens it is undefined")
+    return (expected_tokens(alpha, k) - 1.0) / k
+
+
+def alpha_from_marginal(rho: Any, k: Any, *, iterations: int = 64) -> np.ndarray:
+    r"""Invert :func:`marginal_acceptance`: the per-token alpha with :math:`\rho(\alpha, k) = \rho`.
+
+    :math:`\rho(\cdot, k)` is continuous and strictly increasing on ``[0, 1]`` from 0 to 1, so
+    the inverse is found by vectorised bisection on alpha (``iterations`` halvings: the default
+    64 resolves alpha to ~1e-19, far below the 1e-9 promised).
+
+    Parameters
+    ----------
+    rho : array_like
+        Marginal acceptance in ``(0, 1]``.
+    k : array_like
+        Draft length, ``k >= 1``.
+
+    Returns
+    -------
+    ndarray
+        ``alpha`` in ``(0, 1]``.
+
+    Raises
+    ------
+    ValueError
+        If any ``rho`` is outside ``(0, 1]`` or any ``k < 1``.
+    """
+    rho = np.asarray(rho, dtype=float)
+    k = np.asarray(k, dtype=float)
+    if np.any(~np.isfinite(rho)) or np.any((rho <= 0.0) | (rho > 1.0)):
+        raise ValueError("marginal acceptance must lie in (0, 1]")
+    if np.any(k < 1):
+        raise ValueError("alpha_from_marginal needs k >= 1")
+    rho, k = np.broadcast_arrays(rho, k)
+    lo = np.zeros(rho.shape)
+    hi = np.ones(rho.shape)
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        below = marginal_acceptance(mid, k) < rho
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    alpha = 0.5 * (lo + hi)
+    return np.where(rho == 1.0, 1.0, alpha)
+
+
+def alpha_from_acceptance_length(length: Any, k: Any) -> np.ndarray:
+    r"""Per-token alpha from the mean acceptance length (tokens committed per cycle).
+
+    Engines report acceptance length :math:`\ell = 1 + \text{accepted}/\text{drafts}`, which
+    under i.i.d. acceptance is :math:`E(\alpha, k)`; so
+    :math:`\alpha = \rho^{-1}\big((\ell - 1)/k\big)` with :func:`alpha_from_marginal`.
+
+    Parameters
+    ----------
+    length : array_like
+        Mean acceptance length, in ``(1, k + 1]``.
+    k : array_like
+        Draft length, ``k >= 1``.
+
+    Returns
+    -------
+    ndarray
+        ``alpha`` in ``(0, 1]``.
+    """
+    length = np.asarray(length, dtype=float)
+    k = np.asarray(k, dtype=float)
+    if np.any(~np.isfinite(length)) or np.any((length <= 1.0) | (length > k + 1.0 + 1e-12)):
+        raise ValueError("acceptance length must lie in (1, k + 1]")
+    return alpha_from_marginal(np.minimum((length - 1.0) / k, 1.0), k)
+
+
+# ---------------------------------------------------------------------------------------------
+# §1.1 the latency law, §1.3 the cycle decomposition
+# ---------------------------------------------------------------------------------------------
+
+
+def latency(rps: Any, c1: Any, c2: Any) -> Any:
+    r"""Mean latency of an open-loop (fixed request rate) server.
+
+    From :math:`L = C_1 + B C_2` and Little's law :math:`B = \lambda L`:
+
+    .. math::  L(\lambda) = \frac{C_1}{1 - \lambda C_2}, \qquad \lambda C_2 < 1
+
+    Parameters
+    ----------
+    rps : array_like
+        Achieved request rate λ (req/s), ``>= 0``.
+    c1 : array_like
+        Load-independent cost :math:`C_1` (s).
+    c2 : array_like
+        Load-dependent cost :math:`C_2` (s per concurrent request).
+
+    Returns
+    -------
+    ndarray
+        ``L`` in seconds; ``inf`` where ``rps * c2 >= 1`` (saturated). Never negative.
+    """
+    xp = _namespace(rps, c1, c2)
+    x = rps * c2
+    with _quiet(xp):
+        headroom = 1.0 - x
+        safe = xp.where(headroom > 0, headroom, 1.0)
+        return xp.where(headroom > 0, c1 / safe, np.inf)
+
+
+def closed_loop_latency(concurrency: Any, c1: Any, c2: Any) -> Any:
+    r"""Mean latency of a closed-loop server with ``N`` requests always in flight.
+
+    .. math::  L(N) = C_1 + N C_2
+
+    The same :math:`C_1, C_2` as :func:`latency`: with a fixed concurrency the batch is
+    :math:`B = N` directly (DESIGN.md §1.1).
+
+    Parameters
+    ----------
+    concurrency : array_like
+        Mean number of requests in the system ``N``.
+    c1, c2 : array_like
+        Load-independent and load-dependent costs (s, s per request).
+
+    Returns
+    -------
+    ndarray
+        ``L`` in seconds.
+    """
+    return c1 + concurrency * c2
+
+
+def effective_costs(
+    c1p: Any,
+    c1v: Any,
+    c1d: Any,
+    c2p: Any,
+    c2v: Any,
+    c2d: Any,
+    decode: Any,
+    alpha: Any,
+    k: Any,
+) -> tuple[Any, Any]:
+    r"""Effective :math:`(C_1, C_2)` of a speculative configuration (cycle decomposition).
+
+    A request of ``decode`` = g output tokens runs :math:`g / E(\alpha, k)` cycles, each one
+    verifier pass and k drafter passes; prefill is paid once:
+
+    .. math::
+
+        C_{1,\mathrm{eff}} = c_{1p} + \frac{g}{E}\,(c_{1v} + k\,c_{1d}), \qquad
+        C_{2,\mathrm{eff}} = c_{2p} + \frac{g}{E}\,(c_{2v} + k\,c_{2d})
+
+    Dense decoding is ``k = 0`` (E = 1): :math:`C = c_p + g\,c_v`.
+
+    Parameters
+    ----------
+    c1p, c1v, c1d, c2p, c2v, c2d : array_like
+        Cycle coefficients (s; the ``c2`` ones per concurrent request).
+    decode : array_like
+        Output tokens per request g.
+    alpha : array_like
+        Per-token acceptance probability (ignored where ``k = 0``).
+    k : array_like
+        Draft length.
+
+    Returns
+    -------
+    (C1, C2) : tuple of ndarray
+    """
+    cycles = decode / expected_tokens(alpha, k)
+    c1 = c1p + cycles * (c1v + k * c1d)
+    c2 = c2p + cycles * (c2v + k * c2d)
+    return c1, c2
+
+
+# ---------------------------------------------------------------------------------------------
+# §1.4 speedup, break-even, best k
+# ---------------------------------------------------------------------------------------------
+
+
+def speedup(rps: Any, c1_sd: Any, c2_sd: Any, c1_dense: Any, c2_dense: Any) -> np.ndarray:
+    r"""Speedup of speculative decoding over dense decoding at request rate λ.
+
+    .. math::
+
+        S(\lambda) = \frac{L_\mathrm{dense}}{L_\mathrm{sd}}
+                   = \frac{1}{C_{1R}}\Big(1 + (1 - C_{2R})\,\frac{r}{1 - r}\Big),
+        \quad C_{1R} = \frac{C_{1,\mathrm{sd}}}{C_{1,\mathrm{dense}}},\;
+        C_{2R} = \frac{C_{2,\mathrm{sd}}}{C_{2,\mathrm{dense}}},\; r = \lambda C_{2,\mathrm{dense}}
+
+    The closed form holds while both configurations are unsaturated. Beyond that the ratio
+    is not a number: this function returns ``inf`` where only the dense server is saturated
+    (SD still has a finite latency), ``0`` where only SD is saturated, and ``NaN`` where both
+    are. Callers that report speedups should report saturation alongside.
+
+    Parameters
+    ----------
+    rps : array_like
+        Request rate (req/s).
+    c1_sd, c2_sd, c1_dense, c2_dense : array_like
+        Effective costs of the SD and dense configurations.
+
+    Returns
+    -------
+    ndarray
+        Speedup (> 1 means SD is faster).
+    """
+    l_dense = np.asarray(latency(rps, c1_dense, c2_dense), dtype=float)
+    l_sd = np.asarray(latency(rps, c1_sd, c2_sd), dtype=float)
+    with np.errstate(all="ignore"):
+        out = l_dense / l_sd
+    return np.where(np.isinf(l_dense) & np.isinf(l_sd), np.nan, out)
+
+
+def speedup_from_ratios(r: Any, c1_ratio: Any, c2_ratio: Any) -> np.ndarray:
+    r"""Speedup in normalised form, :math:`S = (1/C_{1R})\,(1 + (1 - C_{2R})\,r/(1 - r))`.
+
+    Parameters
+    ----------
+    r : array_like
+        Normalised dense load :math:`r = \lambda C_{2,\mathrm{dense}}`, in ``[0, 1)``.
+    c1_ratio, c2_ratio : array_like
+        :math:`C_{1R}` and :math:`C_{2R}`.
+
+    Returns
+    -------
+    ndarray
+        Speedup; ``NaN`` where ``r >= 1`` (dense saturated) or where SD is saturated
+        (``r * C2R >= 1``).
+    """
+    r = np.asarray(r, dtype=float)
+    c1_ratio = np.asarray(c1_ratio, dtype=float)
+    c2_ratio = np.asarray(c2_ratio, dtype=float)
+    with np.errstate(all="ignore"):
+        out = (1.0 + (1.0 - c2_ratio) * r / (1.0 - r)) / c1_ratio
+    return np.where((r < 1.0) & (r * c2_ratio < 1.0) & (r >= 0), out, np.nan)
+
+
+def break_even(c1_ratio: Any, c2_ratio: Any) -> np.ndarray:
+    r"""Normalised load at which SD and dense latencies cross.
+
+    Setting :math:`S(r) = 1`:
+
+    .. math::  r^* = \frac{C_{1R} - 1}{C_{1R} - C_{2R}}
+
+    Typical SD (:math:`C_{1R} < 1 < C_{2R}`) wins below :math:`r^*` and loses above; the
+    reverse case (:math:`C_{1R} > 1 > C_{2R}`) loses below and wins above.
+
+    Parameters
+    ----------
+    c1_ratio, c2_ratio : array_like
+        :math:`C_{1R}` and :math:`C_{2R}`.
+
+    Returns
+    -------
+    ndarray
+        :math:`r^*`, ``NaN`` where the curves never cross inside ``(0, 1)`` (SD always
+        wins or always loses while the dense server is unsaturated).
+    """
+    c1_ratio = np.asarray(c1_ratio, dtype=float)
+    c2_ratio = np.asarray(c2_ratio, dtype=float)
+    with np.errstate(all="ignore"):
+        r_star = (c1_ratio - 1.0) / (c1_ratio - c2_ratio)
+    return np.where((r_star > 0.0) & (r_star < 1.0), r_star, np.nan)
+
+
+def break_even_rps(c1_sd: Any, c2_sd: Any, c1_dense: Any, c2_dense: Any) -> np.ndarray:
+    r"""Request rate at which SD stops (or starts) paying: :math:`\mathrm{RPS}^* = r^* / C_{2,\mathrm{dense}}`.
+
+    Parameters
+    ----------
+    c1_sd, c2_sd, c1_dense, c2_dense : array_like
+        Effective costs of the SD and dense configurations.
+
+    Returns
+    -------
+    ndarray
+        Break-even request rate (req/s); ``NaN`` where the curves never cross below the dense
+        saturation rate (see :func:`break_even`).
+    """
+    c1_dense = np.asarray(c1_dense, dtype=float)
+    c2_dense = np.asarray(c2_dense, dtype=float)
+    r_star = break_even(np.asarray(c1_sd) / c1_dense, np.asarray(c2_sd) / c2_dense)
+    return r_star / c2_dense
+
+
+def optimal_k(
+    rps: Any,
+    alpha: Any,
+    decode: Any,
+    c1p: Any,
+    c1v: Any,
+    c1d: Any,
+    c2p: Any,
+    c2v: Any,
+    c2d: Any,
+    ks: Sequence[int] = tuple(range(0, 11)),
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""The draft length in ``ks`` minimising mean latency at (alpha, rps).
+
+    .. math::  k^*(\alpha, \lambda) = \arg\min_{k \in K} \frac{C_{1,\mathrm{eff}}(\alpha,k)}
+                                               {1 - \lambda\, C_{2,\mathrm{eff}}(\alpha,k)}
+
+    Dense decoding (``k = 0``) is a candidate whenever ``0`` is in ``ks`` (the default
+    ``0..10``); minimising L_sd is the same as maximising the speedup over dense.
+
+    Parameters
+    ----------
+    rps, alpha, decode : array_like
+        Request rate, per-token acceptance, output tokens.
+    c1p, c1v, c1d, c2p, c2v, c2d : array_like
+        Cycle coefficients (broadcast with the above, e.g. posterior draws).
+    ks : sequence of int
+        Candidate draft lengths.
+
+    Returns
+    -------
+    k_best : ndarray of int
+        Best candidate; ``-1`` where every candidate is saturated.
+    latency_best : ndarray
+        Its latency (``inf`` where every candidate is saturated).
+    """
+    ks_arr = np.asarray(list(ks), dtype=float)
+    if ks_arr.size == 0 or np.any(ks_arr < 0) or np.any(ks_arr != np.round(ks_arr)):
+        raise ValueError("ks must be a non-empty set of non-negative integers")
+    args = [np.asarray(a, dtype=float)[..., None] for a in (rps, alpha, decode)]
+    coefs = [np.asarray(c, dtype=float)[..., None] for c in (c1p, c1v, c1d, c2p, c2v, c2d)]
+    rps_, alpha_, decode_ = args
+    c1, c2 = effective_costs(*coefs, decode_, alpha_, ks_arr)
+    lat = latency(rps_, c1, c2)
+    best = np.argmin(lat, axis=-1)
+    lat_best = np.take_along_axis(lat, best[..., None], axis=-1)[..., 0]
+    k_best = np.where(np.isfinite(lat_best), ks_arr.astype(int)[best], -1)
+    return k_best, lat_best
+
+
+# ---------------------------------------------------------------------------------------------
+# §1.5 MoE expert coverage
+# ---------------------------------------------------------------------------------------------
+
+
+def expert_coverage(tokens: Any, m: Any, M: Any) -> Any:  # noqa: N803 (M is the paper's name)
+    r"""Expected fraction of a layer's experts touched by ``tokens`` routed tokens.
+
+    Each token picks m of M experts; an expert is missed by one token with probability
+    :math:`1 - m/M`, so (treating tokens as independent)
+
+    .. math::  \varphi(T) = 1 - (1 - m/M)^T
+
+    Parameters
+    ----------
+    tokens : array_like
+        Routed tokens per step T (``>= 0``; need not be an integer).
+    m : array_like
+        Experts per token.
+    M : array_like
+        Experts per layer.
+
+    Returns
+    -------
+    ndarray
+        :math:`\varphi \in [0, 1]`.
+    """
+    xp = _namespace(tokens, m, M)
+    with _quiet(xp):
+        return -xp.expm1(tokens * xp.log1p(-(m / M)))
+
+
+def routed_tokens(rps: Any, latency_s: Any, k: Any) -> Any:
+    r"""Routed tokens per step of a batch at load λ: :math:`T = \lambda L\,(k + 1)`.
+
+    :math:`\lambda L` is the mean batch (Little's law); each running sequence sends one token
+    through the experts per dense step and ``k + 1`` per verification step. DESIGN.md §1.5
+    writes :math:`T \approx \lambda L k` for SD; ``k + 1`` is the exact token count of a
+    verifier pass and makes one formula serve dense (``k = 0`` → ``T = λL``) and SD.
+
+    Parameters
+    ----------
+    rps, latency_s, k : array_like
+        Request rate, mean latency (s), draft length.
+
+    Returns
+    -------
+    ndarray
+        ``T``.
+    """
+    return rps * latency_s * (k + 1.0)
+
+
+def _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, current, xp):  # noqa: N803
+    phi = expert_coverage(routed_tokens(rps, current, k), m, M)
+    return latency(rps, c1u + phi * c1s, c2u + phi * c2s)
+
+
+def moe_latency(
+    rps: Any,
+    c1u: Any,
+    c1s: Any,
+    c2u: Any,
+    c2s: Any,
+    m: Any,
+    M: Any,  # noqa: N803
+    k: Any = 0,
+    *,
+    rtol: float = 1e-12,
+    max_iter: int = 100_000,
+) -> np.ndarray:
+    r"""Mean latency of an MoE server: the least fixed point of the coverage-corrected law.
+
+    .. math::
+
+        L = \frac{C_{1u} + \varphi(T)\, C_{1s}}{1 - \lambda\,(C_{2u} + \varphi(T)\, C_{2s})},
+        \qquad T = \lambda L (k + 1)
+
+    The right-hand side is increasing in L (more latency → more tokens in flight → more
+    experts touched), so iterating it from :math:`\varphi = 0` rises monotonically to the
+    least fixed point. Where the iteration reaches the saturation wall (the denominator
+    hits 0) no finite fixed point exists and the latency is ``inf``.
+
+    Parameters
+    ----------
+    rps : array_like
+        Request rate (req/s).
+    c1u, c1s, c2u, c2s : array_like
+        Costs at zero coverage (``u``) and the increment at full coverage (``s``).
+    m, M : array_like
+        Experts per token and per layer.
+    k : array_like, default 0
+        Draft length (tokens per verifier pass = k + 1).
+    rtol : float
+        Relative convergence tolerance.
+    max_iter : int
+        Iteration cap; an entry still moving after it raises ``RuntimeError`` (it would
+        mean a fixed point tangent to the map, at the edge of saturation).
+
+    Returns
+    -------
+    ndarray
+        ``L`` (s), ``inf`` where saturated.
+    """
+    arrays = np.broadcast_arrays(
+        *(np.asarray(a, dtype=float) for a in (rps, c1u, c1s, c2u, c2s, m, M, k))
+    )
+    rps, c1u, c1s, c2u, c2s, m, M, k = (a.ravel() for a in arrays)  # noqa: N806
+    shape = arrays[0].shape
+    with np.errstate(all="ignore"):
+        current = latency(rps, c1u, c2u)  # phi = 0 lower bound
+        active = np.isfinite(current)
+        for _ in range(max_iter):
+            if not active.any():
+                break
+            idx = np.flatnonzero(active)
+            new = _moe_step(rps[idx], c1u[idx], c1s[idx], c2u[idx], c2s[idx], m[idx], M[idx],
+                            k[idx], current[idx], np)
+            done = ~np.isfinite(new) | (np.abs(new - current[idx]) <= rtol * np.abs(new))
+            current[idx] = new
+            active[idx[done]] = False
+    if active.any():
+        raise RuntimeError(
+            f"moe_latency: {int(active.sum())} entries did not converge in {max_iter} iterations"
+        )
+    return current.reshape(shape)
+
+
+def moe_latency_unrolled(
+    rps: Any,
+    c1u: Any,
+    c1s: Any,
+    c2u: Any,
+    c2s: Any,
+    m: Any,
+    M: Any,  # noqa: N803
+    k: Any = 0,
+    *,
+    iterations: int = 30,
+) -> Any:
+    r"""A fixed number of iterations of the map of :func:`moe_latency` (differentiable).
+
+    For model graphs (PyTensor inputs) that need a gradient through the fixed point: starts
+    at :math:`\varphi = 0` and applies the same update ``iterations`` times. Saturated
+    iterates are ``inf``. With NumPy inputs it equals :func:`moe_latency` once converged.
+    """
+    xp = _namespace(rps, c1u, c1s, c2u, c2s, m, M, k)
+    current = latency(rps, c1u, c2u)
+    for _ in range(iterations):
+        current = _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, current, xp)
+    return current
