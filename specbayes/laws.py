@@ -124,7 +124,9 @@ def expected_tokens(alpha: Any, k: Any) -> Any:
 def marginal_acceptance(alpha: Any, k: Any) -> np.ndarray:
     r"""Marginal acceptance (accepted drafts / drafted tokens) under i.i.d. acceptance.
 
-    .. math::  \rho(\alpha, k) = \frac{\alpha (1 - \alpha^k)}{k (1 - \alpha)} = \frac{E(\alpha,k)-1}{k}
+    .. math::
+
+        \rho(\alpha, k) = \frac{\alpha (1 - \alpha^k)}{k (1 - \alpha)} = \frac{E(\alpha,k) - 1}{k}
 
     This is what engines such as vLLM report as "acceptance rate"; :math:`\rho(1, k) = 1`,
     :math:`\rho(\alpha, 1) = \alpha`, and :math:`\rho < \alpha` for :math:`k > 1`.
@@ -408,7 +410,9 @@ def break_even(c1_ratio: Any, c2_ratio: Any) -> np.ndarray:
 
 
 def break_even_rps(c1_sd: Any, c2_sd: Any, c1_dense: Any, c2_dense: Any) -> np.ndarray:
-    r"""Request rate at which SD stops (or starts) paying: :math:`\mathrm{RPS}^* = r^* / C_{2,\mathrm{dense}}`.
+    r"""Request rate at which SD stops (or starts) paying.
+
+    .. math::  \mathrm{RPS}^* = r^* / C_{2,\mathrm{dense}}
 
     Parameters
     ----------
@@ -482,7 +486,7 @@ def optimal_k(
 # ---------------------------------------------------------------------------------------------
 
 
-def expert_coverage(tokens: Any, m: Any, M: Any) -> Any:  # noqa: N803 (M is the paper's name)
+def expert_coverage(tokens: Any, m: Any, M: Any) -> Any:
     r"""Expected fraction of a layer's experts touched by ``tokens`` routed tokens.
 
     Each token picks m of M experts; an expert is missed by one token with probability
@@ -530,7 +534,7 @@ def routed_tokens(rps: Any, latency_s: Any, k: Any) -> Any:
     return rps * latency_s * (k + 1.0)
 
 
-def _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, current, xp):  # noqa: N803
+def _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, current, xp):
     phi = expert_coverage(routed_tokens(rps, current, k), m, M)
     return latency(rps, c1u + phi * c1s, c2u + phi * c2s)
 
@@ -542,7 +546,7 @@ def moe_latency(
     c2u: Any,
     c2s: Any,
     m: Any,
-    M: Any,  # noqa: N803
+    M: Any,
     k: Any = 0,
     *,
     rtol: float = 1e-12,
@@ -584,7 +588,7 @@ def moe_latency(
     arrays = np.broadcast_arrays(
         *(np.asarray(a, dtype=float) for a in (rps, c1u, c1s, c2u, c2s, m, M, k))
     )
-    rps, c1u, c1s, c2u, c2s, m, M, k = (a.ravel() for a in arrays)  # noqa: N806
+    rps, c1u, c1s, c2u, c2s, m, M, k = (a.ravel() for a in arrays)
     shape = arrays[0].shape
     with np.errstate(all="ignore"):
         current = latency(rps, c1u, c2u)  # phi = 0 lower bound
@@ -593,8 +597,18 @@ def moe_latency(
             if not active.any():
                 break
             idx = np.flatnonzero(active)
-            new = _moe_step(rps[idx], c1u[idx], c1s[idx], c2u[idx], c2s[idx], m[idx], M[idx],
-                            k[idx], current[idx], np)
+            new = _moe_step(
+                rps[idx],
+                c1u[idx],
+                c1s[idx],
+                c2u[idx],
+                c2s[idx],
+                m[idx],
+                M[idx],
+                k[idx],
+                current[idx],
+                np,
+            )
             done = ~np.isfinite(new) | (np.abs(new - current[idx]) <= rtol * np.abs(new))
             current[idx] = new
             active[idx[done]] = False
@@ -612,7 +626,7 @@ def moe_latency_unrolled(
     c2u: Any,
     c2s: Any,
     m: Any,
-    M: Any,  # noqa: N803
+    M: Any,
     k: Any = 0,
     *,
     iterations: int = 30,

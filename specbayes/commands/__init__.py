@@ -1,0 +1,1 @@
+"""Subcommands of the ``specbayes`` CLI that belong to no single subpackage."""

@@ -1,0 +1,456 @@
+"""The sweep table: schema, validation, saturation flags and group labels (DESIGN.md §3).
+
+One row per sweep point (one load level of one configuration). Every reader — the GuideLLM
+and ``vllm bench`` ingesters, the simulator, plain CSV/parquet — produces this table, and
+every fit starts with :func:`validate_sweeps`, which
+
+* raises **one** :class:`SweepValidationError` listing every violated rule with the rows
+  (index labels) and field concerned — bad input is never silently repaired;
+* derives the per-token ``alpha`` from marginal acceptance or acceptance length where only
+  those were measured (``alpha_source`` says which);
+* flags saturated points by the rules below and moves them, with their reason, into
+  ``excluded`` — nothing leaves the table without being listed.
+
+Saturation rules (a row is excluded when any holds)
+----------------------------------------------------
+``explicit``
+    the ``saturated`` column is true (set by the tool, the ingester or the simulator; the
+    ``saturation_reason`` column, when present, is carried into the report).
+``preempted``
+    ``preemptions > 0``: the KV cache overflowed, latency is no longer the steady state.
+``rate_shortfall``
+    open loop: achieved ``rps`` below ``target_tolerance`` (default 0.9) × ``target_rps`` —
+    the server could not keep up with the offered load.
+``latency_growth``
+    within one sweep (same configuration, ≥ 4 points ordered by load), the lower half of
+    the points fixes the unsaturated law — ``1/L`` linear in ``rps`` for open loop
+    (``1/L = 1/C1 − rps·C2/C1``), ``L`` linear in ``concurrency`` for closed loop — and a
+    higher-load point whose latency exceeds ``growth_factor`` (default 2) × that law's
+    prediction, or lies past its asymptote, is past the unsaturated regime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from specbayes import laws
+
+__all__ = [
+    "CONFIG_COLUMNS",
+    "OPTIONAL_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "SweepTable",
+    "SweepValidationError",
+    "cell_label",
+    "read_sweeps",
+    "validate_sweeps",
+]
+
+#: Columns every sweep table must have.
+REQUIRED_COLUMNS: dict[str, str] = {
+    "verifier": "verifier (target) model name, e.g. Qwen3-8B",
+    "hardware": "accelerator name, e.g. H100-SXM",
+    "prefill": "mean prompt tokens per request",
+    "decode": "mean output tokens per request",
+    "k": "draft length (0 = no speculation)",
+    "rps": "achieved request rate (req/s)",
+    "latency": "mean end-to-end request latency (s)",
+}
+
+#: Columns that are optional; readers use exactly these names and units.
+OPTIONAL_COLUMNS: dict[str, str] = {
+    "alpha": "per-token acceptance probability in (0, 1]; required where k > 0 unless derivable",
+    "drafter": "draft model name ('none' for dense rows)",
+    "cell": "workload label grouping the rows of one (prefill, decode) workload",
+    "tp": "tensor-parallel degree",
+    "latency_p50": "median end-to-end latency (s)",
+    "latency_p99": "99th-percentile end-to-end latency (s)",
+    "ttft": "mean time to first token (s)",
+    "itl": "mean inter-token latency (s)",
+    "n_requests": "successful requests in the measurement window",
+    "n_errored": "errored requests in the window",
+    "n_incomplete": "requests cancelled or unfinished at the end of the window",
+    "target_rps": "offered request rate (req/s) of an open-loop point",
+    "concurrency": "closed-loop streams N (fixed concurrency); empty for open loop",
+    "mean_batch": "time-averaged running batch (requests)",
+    "preemptions": "KV-cache preemptions during the window",
+    "saturated": "true when the point is saturated (tool, ingester or simulator says so)",
+    "saturation_reason": "why it was flagged",
+    "acceptance_marginal": "accepted drafts / drafted tokens (what engines report)",
+    "acceptance_length": "mean tokens committed per SD cycle, 1 + accepted / drafts",
+    "alpha_source": "'given', 'marginal', 'acceptance_length' or 'unknown'",
+    "latency_source": "how latency was obtained (e.g. 'mean_e2el', 'littles_law', 'approx')",
+    "strategy": "load strategy: synchronous, throughput, constant, poisson, concurrent",
+    "seed": "simulator seed",
+    "source": "file or generator the row came from",
+}
+
+_TEXT = {
+    "drafter",
+    "cell",
+    "saturated",
+    "saturation_reason",
+    "alpha_source",
+    "latency_source",
+    "strategy",
+    "source",
+}
+
+#: Columns that identify one configuration (one sweep over load).
+CONFIG_COLUMNS: tuple[str, ...] = ("verifier", "drafter", "hardware", "cell", "alpha", "k")
+
+_NUMERIC = [
+    *(c for c in REQUIRED_COLUMNS if c not in ("verifier", "hardware")),
+    *(c for c in OPTIONAL_COLUMNS if c not in _TEXT),
+]
+
+
+class SweepValidationError(ValueError):
+    """Invalid sweep table: the message lists each violated rule, its field and its rows."""
+
+    def __init__(self, source: str, violations: list[tuple[str, str, list]]) -> None:
+        self.source = source
+        self.violations = violations
+        lines = [f"{source}: invalid sweep table ({len(violations)} rule(s) violated)"]
+        for rule, field, rows in violations:
+            shown = ", ".join(str(r) for r in rows[:10])
+            more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
+            lines.append(f"  - field '{field}': {rule} — rows [{shown}{more}]")
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class SweepTable:
+    """A validated sweep table.
+
+    Attributes
+    ----------
+    data : pandas.DataFrame
+        Rows fit for modelling, original index labels kept.
+    excluded : pandas.DataFrame
+        Rows left out (saturated, duplicates), with a ``reason`` column.
+    """
+
+    data: pd.DataFrame
+    excluded: pd.DataFrame
+
+    def summary(self) -> str:
+        """One line per exclusion reason, for printing."""
+        if self.excluded.empty:
+            return f"{len(self.data)} rows kept, none excluded"
+        counts = self.excluded["reason"].value_counts()
+        parts = ", ".join(f"{n} {reason}" for reason, n in counts.items())
+        return f"{len(self.data)} rows kept, {len(self.excluded)} excluded ({parts})"
+
+
+def cell_label(prefill: Iterable[float], decode: Iterable[float]) -> pd.Series:
+    """Default workload label ``"<prefill>x<decode>"`` from rounded token counts."""
+    p = np.rint(np.asarray(prefill, dtype=float)).astype(int)
+    g = np.rint(np.asarray(decode, dtype=float)).astype(int)
+    return pd.Series([f"{a}x{b}" for a, b in zip(p, g, strict=True)])
+
+
+def read_sweeps(path: str | Path) -> pd.DataFrame:
+    """Read a sweep table from CSV (optionally gzip) or parquet.
+
+    The frame is returned as read (validate it with :func:`validate_sweeps`); its
+    ``attrs["source"]`` holds the path so validation errors can name the file.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file does not exist.
+    ValueError
+        If the suffix is not ``.csv``, ``.csv.gz`` or ``.parquet``.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such sweep file")
+    name = path.name.lower()
+    if name.endswith(".parquet") or name.endswith(".pq"):
+        df = pd.read_parquet(path)
+    elif name.endswith(".csv") or name.endswith(".csv.gz"):
+        df = pd.read_csv(path)
+    else:
+        raise ValueError(f"{path}: unsupported sweep file type (use .csv, .csv.gz or .parquet)")
+    df.attrs["source"] = str(path)
+    return df
+
+
+def _coerce_numeric(df: pd.DataFrame, violations: list) -> None:
+    for col in _NUMERIC:
+        if col not in df.columns:
+            continue
+        raw = df[col]
+        num = pd.to_numeric(raw, errors="coerce")
+        bad = num.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
+        if bad.any():
+            violations.append(("must be numeric", col, list(df.index[bad])))
+        df[col] = num.astype(float)
+
+
+def _rows(mask: pd.Series) -> list:
+    return list(mask.index[mask.to_numpy()])
+
+
+def _check_values(df: pd.DataFrame, violations: list) -> None:
+    def rule(mask: pd.Series, text: str, field: str) -> None:
+        if mask.any():
+            violations.append((text, field, _rows(mask)))
+
+    rule(
+        ~(df["latency"] > 0) | ~np.isfinite(df["latency"]),
+        "latency must be > 0 and finite",
+        "latency",
+    )
+    rule(~(df["prefill"] >= 0), "prefill must be >= 0", "prefill")
+    rule(~(df["decode"] >= 1), "decode must be >= 1 token", "decode")
+    rule(~(df["k"] >= 0), "k must be >= 0", "k")
+    rule((df["k"] >= 0) & (df["k"] != np.round(df["k"])), "k must be an integer", "k")
+    closed = df["concurrency"].notna() if "concurrency" in df else pd.Series(False, df.index)
+    rule(
+        (df["rps"] < 0) | (df["rps"].isna() & ~closed) | np.isinf(df["rps"]),
+        "rps must be >= 0 and finite (may be empty only for closed-loop rows)",
+        "rps",
+    )
+    if "concurrency" in df:
+        rule(
+            closed & ~(df["concurrency"] > 0), "concurrency must be > 0 where given", "concurrency"
+        )
+    if "target_rps" in df:
+        rule(df["target_rps"] < 0, "target_rps must be >= 0", "target_rps")
+    for col in ("verifier", "hardware"):
+        rule(df[col].isna() | (df[col].astype(str).str.strip() == ""), "must not be empty", col)
+    if "alpha" in df:
+        a = df["alpha"]
+        rule(a.notna() & ~((a > 0) & (a <= 1)), "alpha must lie in (0, 1]", "alpha")
+    if "acceptance_marginal" in df:
+        r = df["acceptance_marginal"]
+        rule(
+            r.notna() & ~((r > 0) & (r <= 1)),
+            "acceptance_marginal must lie in (0, 1]",
+            "acceptance_marginal",
+        )
+    if "acceptance_length" in df:
+        ell = df["acceptance_length"]
+        rule(
+            ell.notna() & ~((ell > 1) & (ell <= df["k"] + 1 + 1e-9)),
+            "acceptance_length must lie in (1, k + 1]",
+            "acceptance_length",
+        )
+
+
+def _resolve_alpha(df: pd.DataFrame, allow_unknown_alpha: bool, violations: list) -> None:
+    if "alpha" not in df:
+        df["alpha"] = np.nan
+    given = df["alpha"].notna()
+    source = pd.Series(np.where(given, "given", ""), index=df.index, dtype=object)
+    if "alpha_source" in df:
+        source = df["alpha_source"].where(df["alpha_source"].notna() & given, source)
+    spec = df["k"] > 0
+    for col, fn, label in (
+        ("acceptance_marginal", laws.alpha_from_marginal, "marginal"),
+        ("acceptance_length", laws.alpha_from_acceptance_length, "acceptance_length"),
+    ):
+        if col not in df:
+            continue
+        use = spec & df["alpha"].isna() & df[col].notna()
+        if use.any():
+            df.loc[use, "alpha"] = fn(df.loc[use, col].to_numpy(), df.loc[use, "k"].to_numpy())
+            source[use] = label
+    missing = spec & df["alpha"].isna()
+    if missing.any():
+        if allow_unknown_alpha:
+            source[missing] = "unknown"
+        else:
+            violations.append(
+                (
+                    "alpha required where k > 0 (give alpha, acceptance_marginal or "
+                    "acceptance_length, or fit with alpha inferred)",
+                    "alpha",
+                    _rows(missing),
+                )
+            )
+    source[~spec] = "dense"
+    df.loc[~spec, "alpha"] = np.nan
+    df["alpha_source"] = source
+
+
+def _fill_labels(df: pd.DataFrame) -> None:
+    if "drafter" not in df:
+        df["drafter"] = np.nan
+    df["drafter"] = df["drafter"].astype(object)
+    dense = df["k"] == 0
+    df.loc[dense, "drafter"] = "none"
+    df.loc[~dense & df["drafter"].isna(), "drafter"] = "unspecified"
+    if "cell" not in df:
+        df["cell"] = np.nan
+    df["cell"] = df["cell"].astype(object)
+    unlabeled = df["cell"].isna()
+    if unlabeled.any():
+        df.loc[unlabeled, "cell"] = cell_label(
+            df.loc[unlabeled, "prefill"], df.loc[unlabeled, "decode"]
+        ).to_numpy()
+    for col in ("verifier", "hardware", "drafter", "cell"):
+        df[col] = df[col].astype(str)
+    df["k"] = df["k"].astype(int)
+    if "concurrency" not in df:
+        df["concurrency"] = np.nan
+    closed = df["concurrency"].notna() & df["rps"].isna()
+    df.loc[closed, "rps"] = df.loc[closed, "concurrency"] / df.loc[closed, "latency"]
+
+
+def _duplicates(df: pd.DataFrame, violations: list) -> pd.Series:
+    key = [*CONFIG_COLUMNS, "prefill", "decode", "rps", "concurrency"]
+    keyed = pd.util.hash_pandas_object(df[key], index=False)
+    dup = keyed.duplicated(keep=False)
+    reason = pd.Series("", index=df.index, dtype=object)
+    if not dup.any():
+        return reason
+    conflicting: list = []
+    for _, rows in df[dup].groupby(keyed[dup], sort=False):
+        if rows["latency"].nunique() > 1:
+            conflicting.extend(rows.index)
+        else:
+            first = rows.index[0]
+            for r in rows.index[1:]:
+                reason[r] = f"duplicate of row {first}"
+    if conflicting:
+        violations.append(
+            (
+                "conflicting duplicates: same configuration and load, different latency",
+                "latency",
+                conflicting,
+            )
+        )
+    return reason
+
+
+def _growth_flags(df: pd.DataFrame, growth_factor: float) -> pd.Series:
+    flags = pd.Series(False, index=df.index)
+    for _, sweep in df.groupby([*CONFIG_COLUMNS, "closed"], dropna=False, sort=False):
+        if len(sweep) < 4:
+            continue
+        closed = bool(sweep["closed"].iloc[0])
+        load = sweep["concurrency"] if closed else sweep["rps"]
+        order = np.argsort(load.to_numpy(), kind="stable")
+        x = load.to_numpy()[order]
+        lat = sweep["latency"].to_numpy()[order]
+        n_fit = max(3, len(x) // 2)
+        if np.ptp(x[:n_fit]) <= 0:
+            continue
+        if closed:
+            slope, icpt = np.polyfit(x[:n_fit], lat[:n_fit], 1)
+            predicted = icpt + slope * x
+        else:
+            slope, icpt = np.polyfit(x[:n_fit], 1.0 / lat[:n_fit], 1)
+            inv = icpt + slope * x
+            with np.errstate(divide="ignore"):
+                predicted = np.where(inv > 0, 1.0 / inv, np.inf)
+        past = np.zeros(len(x), dtype=bool)
+        past[n_fit:] = ~(lat[n_fit:] <= growth_factor * predicted[n_fit:])
+        flags[sweep.index[order][past]] = True
+    return flags
+
+
+def validate_sweeps(
+    df: pd.DataFrame,
+    *,
+    source: str | None = None,
+    allow_unknown_alpha: bool = False,
+    target_tolerance: float = 0.9,
+    growth_factor: float = 2.0,
+) -> SweepTable:
+    """Check a sweep table, derive alpha, and split off the rows unfit for modelling.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Raw sweep rows (see :data:`REQUIRED_COLUMNS`, :data:`OPTIONAL_COLUMNS`).
+    source : str, optional
+        Name used in error messages (defaults to ``df.attrs["source"]`` or ``"sweeps"``).
+    allow_unknown_alpha : bool
+        Accept SD rows with no acceptance information (``alpha_source = "unknown"``), for
+        models that infer alpha.
+    target_tolerance : float
+        ``rate_shortfall`` threshold: achieved / target below this flags the row.
+    growth_factor : float
+        ``latency_growth`` threshold (see the module docstring).
+
+    Returns
+    -------
+    SweepTable
+        ``data`` (kept rows, with ``alpha``, ``alpha_source``, ``drafter``, ``cell`` filled)
+        and ``excluded`` (rows left out, with ``reason``).
+
+    Raises
+    ------
+    SweepValidationError
+        Listing every violated rule with its field and rows.
+    """
+    source = source or df.attrs.get("source", "sweeps")
+    if len(df) == 0:
+        raise SweepValidationError(source, [("table is empty", "*", [])])
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise SweepValidationError(
+            source, [(f"required column missing ({REQUIRED_COLUMNS[c]})", c, []) for c in missing]
+        )
+    df = df.copy()
+    violations: list[tuple[str, str, list]] = []
+    _coerce_numeric(df, violations)
+    if not violations:
+        _check_values(df, violations)
+    if violations:
+        raise SweepValidationError(source, violations)
+    _resolve_alpha(df, allow_unknown_alpha, violations)
+    _fill_labels(df)
+    dup_reason = _duplicates(df, violations)
+    if violations:
+        raise SweepValidationError(source, violations)
+
+    df["closed"] = df["concurrency"].notna()
+    reasons = {
+        name: pd.Series(False, index=df.index)
+        for name in ("explicit", "preempted", "rate_shortfall", "latency_growth")
+    }
+    if "saturated" in df:
+        sat = df["saturated"]
+        if sat.dtype == object:
+            sat = sat.astype(str).str.strip().str.lower().isin(["true", "1", "yes"])
+        reasons["explicit"] = sat.fillna(False).astype(bool)
+    if "preemptions" in df:
+        reasons["preempted"] = df["preemptions"].fillna(0) > 0
+    if "target_rps" in df:
+        reasons["rate_shortfall"] = (
+            ~df["closed"]
+            & (df["target_rps"] > 0)
+            & (df["rps"] < target_tolerance * df["target_rps"])
+        )
+    candidate = ~(reasons["explicit"] | reasons["preempted"] | reasons["rate_shortfall"])
+    candidate &= dup_reason == ""
+    reasons["latency_growth"] = _growth_flags(df[candidate], growth_factor).reindex(
+        df.index, fill_value=False
+    )
+
+    text = pd.Series("", index=df.index, dtype=object)
+    for name, mask in reasons.items():
+        label = name
+        if name == "explicit" and "saturation_reason" in df:
+            detail = df["saturation_reason"].fillna("").astype(str)
+            label = np.where(detail != "", "saturated: " + detail, "saturated")
+        elif name == "explicit":
+            label = "saturated"
+        text = text.where(~mask, text + np.where(text == "", "", "; ") + label)
+    text = text.where(dup_reason == "", dup_reason)
+    out = text != ""
+    excluded = df[out].assign(reason=text[out])
+    kept = df[~out].drop(columns=["closed"])
+    excluded = excluded.drop(columns=["closed"])
+    kept.attrs["source"] = source
+    return SweepTable(data=kept, excluded=excluded)
