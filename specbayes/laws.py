@@ -76,7 +76,12 @@ class _quiet:
 
 
 def _as_float(x: Any, xp: ModuleType) -> Any:
-    return np.asarray(x, dtype=float) if _is_numpy(xp) else xp.as_tensor_variable(x)
+    """Float64 array or tensor (PyTensor would make float32 constants of float32-exact scalars)."""
+    if _is_numpy(xp):
+        return np.asarray(x, dtype=float)
+    if type(x).__module__.startswith("pytensor"):
+        return x
+    return xp.as_tensor_variable(np.asarray(x, dtype="float64"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,8 +514,9 @@ def expert_coverage(tokens: Any, m: Any, M: Any) -> Any:
         :math:`\varphi \in [0, 1]`.
     """
     xp = _namespace(tokens, m, M)
+    ratio = _as_float(m, xp) / _as_float(M, xp)
     with _quiet(xp):
-        return -xp.expm1(tokens * xp.log1p(-(m / M)))
+        return -xp.expm1(tokens * xp.log1p(-ratio))
 
 
 def routed_tokens(rps: Any, latency_s: Any, k: Any) -> Any:

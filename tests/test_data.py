@@ -1,0 +1,181 @@
+"""The sweep schema: validation errors, alpha derivation, saturation rules, readers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specbayes import data, laws
+
+COEFS = dict(c1p=0.05, c1v=1.1e-3, c1d=1e-4, c2p=0.002, c2v=6.6e-5, c2d=2e-5)
+
+
+def law_sweep(k: int = 0, alpha: float = np.nan, decode: int = 512, n: int = 9) -> pd.DataFrame:
+    """An exact open-loop sweep of the cycle-decomposition law, up to 90 % of saturation."""
+    c1, c2 = laws.effective_costs(*COEFS.values(), decode, alpha if k else 0.5, k)
+    rps = np.linspace(0.1, 0.9 / c2, n)
+    return pd.DataFrame(
+        dict(
+            verifier="Qwen3-8B",
+            hardware="H100-SXM",
+            prefill=512,
+            decode=decode,
+            k=k,
+            alpha=alpha,
+            rps=rps,
+            target_rps=rps,
+            latency=laws.latency(rps, c1, c2),
+        )
+    )
+
+
+@pytest.fixture
+def sweeps() -> pd.DataFrame:
+    return pd.concat([law_sweep(), law_sweep(3, 0.7)], ignore_index=True)
+
+
+def test_clean_table_passes_unchanged(sweeps):
+    table = data.validate_sweeps(sweeps)
+    assert len(table.data) == len(sweeps)
+    assert table.excluded.empty
+    assert set(table.data["drafter"]) == {"none", "unspecified"}
+    assert set(table.data["cell"]) == {"512x512"}
+    assert table.data.loc[table.data.k == 0, "alpha"].isna().all()
+    assert set(table.data["alpha_source"]) == {"dense", "given"}
+    assert "none excluded" in table.summary()
+
+
+@pytest.mark.parametrize(
+    ("column", "row", "value", "field", "rule"),
+    [
+        ("latency", 2, -1.0, "latency", "latency must be > 0"),
+        ("latency", 3, np.nan, "latency", "latency must be > 0"),
+        ("alpha", 11, 1.5, "alpha", r"alpha must lie in \(0, 1\]"),
+        ("alpha", 12, 0.0, "alpha", r"alpha must lie in \(0, 1\]"),
+        ("k", 4, -2, "k", "k must be >= 0"),
+        ("k", 5, 1.5, "k", "k must be an integer"),
+        ("rps", 6, -0.5, "rps", "rps must be >= 0"),
+        ("decode", 7, 0, "decode", "decode must be >= 1"),
+        ("latency", 8, "fast", "latency", "must be numeric"),
+    ],
+)
+def test_each_bad_input_names_field_rows_and_rule(sweeps, column, row, value, field, rule):
+    bad = sweeps.astype({column: object if isinstance(value, str) else float})
+    bad.loc[row, column] = value
+    with pytest.raises(data.SweepValidationError, match=rule) as err:
+        data.validate_sweeps(bad, source="mysweeps.csv")
+    message = str(err.value)
+    assert message.startswith("mysweeps.csv:")
+    assert f"field '{field}'" in message
+    assert f"rows [{row}]" in message
+
+
+def test_all_violations_reported_in_one_error(sweeps):
+    bad = sweeps.copy()
+    bad.loc[1, "latency"] = 0.0
+    bad.loc[10, "alpha"] = 2.0
+    with pytest.raises(data.SweepValidationError) as err:
+        data.validate_sweeps(bad)
+    assert len(err.value.violations) == 2
+
+
+def test_missing_column_and_empty_table(sweeps):
+    with pytest.raises(data.SweepValidationError, match="field 'latency': required column"):
+        data.validate_sweeps(sweeps.drop(columns="latency"))
+    with pytest.raises(data.SweepValidationError, match="table is empty"):
+        data.validate_sweeps(sweeps.iloc[:0])
+
+
+def test_alpha_required_for_sd_rows_unless_latent(sweeps):
+    no_alpha = sweeps.copy()
+    no_alpha.loc[no_alpha.k > 0, "alpha"] = np.nan
+    with pytest.raises(data.SweepValidationError, match="alpha required where k > 0"):
+        data.validate_sweeps(no_alpha)
+    table = data.validate_sweeps(no_alpha, allow_unknown_alpha=True)
+    assert (table.data.loc[table.data.k > 0, "alpha_source"] == "unknown").all()
+
+
+def test_alpha_derived_from_marginal_and_acceptance_length(sweeps):
+    df = sweeps.copy()
+    sd = df.index[df.k > 0]
+    df.loc[sd, "alpha"] = np.nan
+    df.loc[sd[:4], "acceptance_marginal"] = laws.marginal_acceptance(0.7, 3)
+    df.loc[sd[4:], "acceptance_length"] = laws.expected_tokens(0.7, 3)
+    table = data.validate_sweeps(df)
+    np.testing.assert_allclose(table.data.loc[sd, "alpha"], 0.7, atol=1e-9)
+    assert list(table.data.loc[sd, "alpha_source"].unique()) == ["marginal", "acceptance_length"]
+
+
+def test_conflicting_duplicates_error_exact_duplicates_excluded(sweeps):
+    dup = pd.concat([sweeps, sweeps.iloc[[3]]], ignore_index=True)
+    table = data.validate_sweeps(dup)
+    assert list(table.excluded["reason"]) == ["duplicate of row 3"]
+    dup.loc[len(dup) - 1, "latency"] *= 1.5
+    with pytest.raises(data.SweepValidationError, match="conflicting duplicates") as err:
+        data.validate_sweeps(dup)
+    assert f"rows [3, {len(dup) - 1}]" in str(err.value)
+
+
+def test_saturation_rules_each_listed(sweeps):
+    df = sweeps.copy()
+    df["saturated"] = False
+    df["preemptions"] = 0
+    df.loc[1, "saturated"] = True
+    df["saturation_reason"] = ""
+    df.loc[1, "saturation_reason"] = "tool flagged over-saturation"
+    df.loc[2, "preemptions"] = 3
+    df.loc[3, "rps"] = 0.5 * df.loc[3, "target_rps"]  # could not keep up
+    df.loc[8, "latency"] *= 3  # a knee past the law's asymptote
+    table = data.validate_sweeps(df)
+    reasons = table.excluded["reason"].to_dict()
+    assert reasons == {
+        1: "saturated: tool flagged over-saturation",
+        2: "preempted",
+        3: "rate_shortfall",
+        8: "latency_growth",
+    }
+    assert len(table.data) + len(table.excluded) == len(df)
+    assert "4 excluded" in table.summary()
+
+
+def test_growth_rule_does_not_flag_clean_steep_sweep():
+    steep = law_sweep(n=9)
+    c1, c2 = laws.effective_costs(*COEFS.values(), 512, 0.5, 0)
+    steep["rps"] = np.linspace(0.1, 0.97 / c2, 9)
+    steep["latency"] = laws.latency(steep["rps"], c1, c2)
+    assert data.validate_sweeps(steep).excluded.empty
+
+
+def test_closed_loop_rows_keep_concurrency_and_derive_rps():
+    n = np.array([1, 2, 4, 8, 16, 32.0])
+    lat = laws.closed_loop_latency(n, 8.0, 0.05)
+    df = pd.DataFrame(
+        dict(verifier="V", hardware="B200", prefill=200, decode=700, k=0, rps=np.nan,
+             concurrency=n, latency=lat)
+    )  # fmt: skip
+    table = data.validate_sweeps(df)
+    np.testing.assert_allclose(table.data["rps"], n / lat)
+    assert table.excluded.empty
+    df.loc[5, "latency"] = 40.0  # way above 8 + 32 * 0.05 = 9.6: past the knee
+    assert list(data.validate_sweeps(df).excluded.index) == [5]
+
+
+def test_read_sweeps_csv_and_parquet(tmp_path, sweeps):
+    csv = tmp_path / "s.csv"
+    sweeps.to_csv(csv, index=False)
+    parquet = tmp_path / "s.parquet"
+    sweeps.to_parquet(parquet)
+    for path in (csv, parquet):
+        df = data.read_sweeps(path)
+        assert df.attrs["source"] == str(path)
+        assert len(data.validate_sweeps(df).data) == len(sweeps)
+    bad = data.read_sweeps(csv)
+    bad.loc[0, "latency"] = -1
+    with pytest.raises(data.SweepValidationError, match=f"^{csv}"):
+        data.validate_sweeps(bad)
+    with pytest.raises(FileNotFoundError, match="no such sweep file"):
+        data.read_sweeps(tmp_path / "missing.csv")
+    (tmp_path / "s.txt").write_text("x")
+    with pytest.raises(ValueError, match="unsupported sweep file type"):
+        data.read_sweeps(tmp_path / "s.txt")

@@ -1,0 +1,258 @@
+"""Exact values and properties of the formulas in ``specbayes.laws``."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specbayes import laws
+
+# The worked example of the reading note (§9.1–9.2): dense and configuration A.
+C1_DENSE, C2_DENSE = 1.20, 0.07
+C1_A, C2_A = 0.78, 0.085
+
+alphas = st.floats(0.0, 1.0, allow_nan=False)
+open_alphas = st.floats(1e-6, 1.0, allow_nan=False)
+ks = st.integers(0, 16)
+pos = st.floats(1e-4, 10.0, allow_nan=False)
+
+
+# ---------------------------------------------------------------- exact values
+
+
+def test_expected_tokens_worked_example():
+    assert laws.expected_tokens(0.75, 6) == pytest.approx(3.466, abs=5e-4)
+    assert laws.expected_tokens(0.75, 2) == pytest.approx(2.3125)
+
+
+def test_expected_tokens_edges_exact_and_silent():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grid = np.round(np.arange(0.5, 1.0001, 0.05), 2)
+        e = laws.expected_tokens(grid[:, None], np.arange(0, 11)[None, :])
+    assert np.all(np.isfinite(e))
+    np.testing.assert_array_equal(e[-1], np.arange(0, 11) + 1.0)  # alpha = 1: exactly k + 1
+    np.testing.assert_array_equal(e[:, 0], 1.0)  # k = 0: exactly 1
+    assert laws.expected_tokens(0.0, 5) == 1.0
+
+
+def test_worked_example_speedups():
+    c1r, c2r = C1_A / C1_DENSE, C2_A / C2_DENSE
+    assert 1 / c1r == pytest.approx(1.54, abs=5e-3)
+    assert laws.speedup(0.0, C1_A, C2_A, C1_DENSE, C2_DENSE) == pytest.approx(1 / 0.65)
+    # the note rounds C1R = 0.65 and C2R = 1.21 before plugging in: 1.13 at 8 RPS ...
+    assert laws.speedup_from_ratios(8 * C2_DENSE, 0.65, 1.21) == pytest.approx(1.13, abs=5e-3)
+    assert laws.break_even(0.65, 1.21) == pytest.approx(0.625)
+    assert laws.break_even(0.65, 1.21) / C2_DENSE == pytest.approx(8.9, abs=0.05)
+    # ... with the unrounded ratios (C2R = 1.2143) the same formulas give 1.119 and 8.86
+    assert laws.speedup(8.0, C1_A, C2_A, C1_DENSE, C2_DENSE) == pytest.approx(1.1189, abs=1e-4)
+    assert laws.speedup_from_ratios(8 * C2_DENSE, c1r, c2r) == pytest.approx(1.1189, abs=1e-4)
+    assert laws.break_even_rps(C1_A, C2_A, C1_DENSE, C2_DENSE) == pytest.approx(8.86, abs=0.01)
+
+
+def test_worked_example_dense_latencies():
+    np.testing.assert_allclose(
+        laws.latency(np.array([10.0, 12.0, 13.0]), C1_DENSE, C2_DENSE),
+        [4.0, 7.5, 13.333333],
+        rtol=1e-6,
+    )
+
+
+def test_latency_saturation_is_inf_never_negative():
+    lat = laws.latency(np.array([0.0, 14.0, 1 / 0.07, 20.0, 100.0]), C1_DENSE, C2_DENSE)
+    assert lat[0] == C1_DENSE
+    assert np.isfinite(lat[1])
+    assert np.all(np.isinf(lat[2:]))
+    assert np.all(lat > 0)
+
+
+def test_closed_loop_is_the_same_law_through_littles_law():
+    # at the open-loop fixed point, B = lambda * L and L = C1 + B * C2
+    rps = np.linspace(0.0, 13.0, 7)
+    lat = laws.latency(rps, C1_DENSE, C2_DENSE)
+    np.testing.assert_allclose(laws.closed_loop_latency(rps * lat, C1_DENSE, C2_DENSE), lat)
+
+
+def test_effective_costs_dense_and_sd():
+    c1, c2 = laws.effective_costs(0.1, 1e-3, 2e-4, 0.01, 5e-5, 1e-5, 1024, 0.75, 0)
+    assert c1 == pytest.approx(0.1 + 1024 * 1e-3)
+    assert c2 == pytest.approx(0.01 + 1024 * 5e-5)
+    c1, c2 = laws.effective_costs(0.1, 1e-3, 2e-4, 0.01, 5e-5, 1e-5, 1024, 0.75, 6)
+    cycles = 1024 / laws.expected_tokens(0.75, 6)
+    assert c1 == pytest.approx(0.1 + cycles * (1e-3 + 6 * 2e-4))
+    assert c2 == pytest.approx(0.01 + cycles * (5e-5 + 6 * 1e-5))
+
+
+def test_break_even_nan_when_never_crossing():
+    out = laws.break_even(np.array([0.6, 0.6, 1.2, 0.65]), np.array([0.9, 0.6, 1.3, 1.21]))
+    assert np.isnan(out[0])  # SD always wins
+    assert np.isnan(out[1])  # parallel curves
+    assert np.isnan(out[2])  # SD always loses
+    assert out[3] == pytest.approx(0.625)
+
+
+def test_break_even_reverse_case_in_unit_interval():
+    # C1R > 1 > C2R: SD loses at low load and wins above r*
+    r_star = laws.break_even(1.2, 0.5)
+    assert 0 < r_star < 1
+    assert laws.speedup_from_ratios(r_star, 1.2, 0.5) == pytest.approx(1.0)
+
+
+def test_speedup_beyond_saturation_is_not_a_ratio_of_finite_numbers():
+    s = laws.speedup(np.array([15.0, 12.5, 100.0]), C1_A, C2_A, C1_DENSE, C2_DENSE)
+    assert np.isnan(s[0])  # 15 * 0.085 >= 1 and 15 * 0.07 >= 1: both saturated
+    assert s[1] == 0.0  # SD saturated (12.5 * 0.085 > 1), dense finite
+    assert np.isnan(s[2])
+
+
+def test_optimal_k_falls_with_load():
+    coefs = dict(c1p=0.05, c1v=1.1e-3, c1d=1e-4, c2p=0.002, c2v=6.6e-5, c2d=2e-5)
+    k_best, lat = laws.optimal_k(np.array([0.0, 8.0, 12.0]), 0.75, 1024, **coefs)
+    assert k_best[0] >= k_best[1] >= k_best[2]
+    assert k_best[0] > k_best[2]
+    # brute force over the candidates agrees
+    for rps, kb, lb in zip([0.0, 8.0, 12.0], k_best, lat, strict=True):
+        lats = [
+            laws.latency(rps, *laws.effective_costs(*coefs.values(), 1024, 0.75, k))
+            for k in range(11)
+        ]
+        assert kb == int(np.argmin(lats))
+        assert lb == pytest.approx(min(lats))
+
+
+def test_optimal_k_dense_is_a_candidate_and_saturation_sentinel():
+    coefs = dict(c1p=0.05, c1v=1e-3, c1d=8e-4, c2p=0.002, c2v=6e-5, c2d=6e-5)
+    k_best, _ = laws.optimal_k(10.0, 0.5, 1024, **coefs)
+    assert k_best == 0
+    k_best, lat = laws.optimal_k(1e6, 0.5, 1024, **coefs)
+    assert k_best == -1 and np.isinf(lat)
+    with pytest.raises(ValueError, match="non-negative integers"):
+        laws.optimal_k(1.0, 0.5, 1024, **coefs, ks=[1.5])
+
+
+def test_marginal_acceptance_known_values():
+    assert laws.marginal_acceptance(0.6, 1) == pytest.approx(0.6)
+    assert laws.marginal_acceptance(1.0, 7) == 1.0
+    assert laws.marginal_acceptance(0.5, 2) == pytest.approx((0.5 + 0.25) / 2)
+    with pytest.raises(ValueError, match="k >= 1"):
+        laws.marginal_acceptance(0.5, 0)
+
+
+def test_alpha_from_acceptance_length():
+    alpha = laws.alpha_from_acceptance_length(laws.expected_tokens(0.8, 7), 7)
+    assert alpha == pytest.approx(0.8, abs=1e-12)
+    with pytest.raises(ValueError, match="acceptance length"):
+        laws.alpha_from_acceptance_length(9.5, 7)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        laws.alpha_from_marginal(0.0, 3)
+
+
+def test_expert_coverage_values():
+    assert laws.expert_coverage(0, 8, 128) == 0.0
+    assert laws.expert_coverage(1, 8, 128) == pytest.approx(8 / 128)
+    assert laws.expert_coverage(10, 8, 128) == pytest.approx(1 - (120 / 128) ** 10)
+    assert laws.expert_coverage(1e6, 8, 128) == pytest.approx(1.0)
+
+
+def test_moe_latency_reduces_to_dense_law_without_split():
+    lat = laws.moe_latency(np.array([0.0, 5.0, 10.0]), 1.2, 0.0, 0.07, 0.0, 8, 128)
+    np.testing.assert_allclose(lat, laws.latency(np.array([0.0, 5.0, 10.0]), 1.2, 0.07))
+
+
+def test_moe_latency_inf_when_no_fixed_point():
+    # uncovered part unsaturated, but full coverage saturates: no finite fixed point
+    assert np.isinf(laws.moe_latency(12.0, 0.5, 0.7, 0.02, 0.08, 8, 128))
+    assert np.isinf(laws.moe_latency(60.0, 0.5, 0.7, 0.02, 0.08, 8, 128))  # phi = 0 saturated
+
+
+def test_moe_latency_unrolled_matches_and_builds_pytensor_graph():
+    import pytensor.tensor as pt
+
+    args = (3.0, 0.4, 0.6, 0.01, 0.03, 8, 128, 2)
+    exact = laws.moe_latency(*args)
+    unrolled = laws.moe_latency_unrolled(*args, iterations=30)
+    assert unrolled == pytest.approx(exact, rel=1e-6)
+    rps = pt.dscalar("rps")
+    graph = laws.moe_latency_unrolled(rps, *args[1:], iterations=30)
+    assert graph.eval({rps: 3.0}) == pytest.approx(unrolled, rel=1e-9)
+
+
+def test_pytensor_and_numpy_agree_on_closed_forms():
+    import pytensor.tensor as pt
+
+    alpha, k = pt.dvector("alpha"), pt.dvector("k")
+    e = laws.expected_tokens(alpha, k)
+    a = np.array([0.5, 0.75, 1.0, 0.9])
+    kk = np.array([3.0, 6.0, 4.0, 0.0])
+    np.testing.assert_allclose(e.eval({alpha: a, k: kk}), laws.expected_tokens(a, kk))
+    grad = pt.grad(e.sum(), alpha).eval({alpha: a, k: kk})
+    assert np.all(np.isfinite(grad))
+
+
+# ---------------------------------------------------------------- properties
+
+
+@given(alphas, ks)
+def test_expected_tokens_bounds(alpha, k):
+    e = laws.expected_tokens(alpha, k)
+    assert 1.0 - 1e-12 <= e <= k + 1 + 1e-9
+
+
+@given(alphas, alphas, ks)
+def test_expected_tokens_monotone_in_alpha(a1, a2, k):
+    lo, hi = sorted((a1, a2))
+    assert laws.expected_tokens(lo, k) <= laws.expected_tokens(hi, k) + 1e-12
+
+
+@given(alphas, ks)
+def test_expected_tokens_monotone_in_k(alpha, k):
+    assert laws.expected_tokens(alpha, k) <= laws.expected_tokens(alpha, k + 1) + 1e-12
+
+
+@settings(max_examples=300)
+@given(open_alphas, st.integers(1, 16))
+def test_marginal_round_trip(alpha, k):
+    rho = laws.marginal_acceptance(alpha, k)
+    assert abs(laws.alpha_from_marginal(rho, k) - alpha) <= 1e-9
+
+
+@given(st.floats(0.0, 30.0), pos, pos, pos, pos)
+def test_speedup_is_ratio_of_latencies(rps, c1s, c2s, c1d, c2d):
+    s = laws.speedup(rps, c1s, c2s, c1d, c2d)
+    ld, ls = laws.latency(rps, c1d, c2d), laws.latency(rps, c1s, c2s)
+    if np.isfinite(ld) and np.isfinite(ls):
+        assert s == pytest.approx(ld / ls, rel=1e-12)
+        assert laws.speedup_from_ratios(rps * c2d, c1s / c1d, c2s / c2d) == pytest.approx(
+            s, rel=1e-9
+        )
+
+
+@given(pos, pos, pos, pos)
+def test_speedup_is_one_at_break_even(c1s, c2s, c1d, c2d):
+    rps_star = laws.break_even_rps(c1s, c2s, c1d, c2d)
+    if np.isfinite(rps_star):
+        assert laws.speedup(rps_star, c1s, c2s, c1d, c2d) == pytest.approx(1.0, rel=1e-7)
+
+
+@settings(max_examples=200)
+@given(
+    st.floats(0.0, 50.0),
+    pos,
+    pos,
+    st.floats(1e-4, 0.2),
+    st.floats(1e-4, 0.2),
+    st.integers(1, 8),
+    st.integers(8, 256),
+    st.integers(0, 8),
+)
+def test_moe_latency_satisfies_its_equation(rps, c1u, c1s, c2u, c2s, m, big_m, k):
+    lat = laws.moe_latency(rps, c1u, c1s, c2u, c2s, m, big_m, k)
+    if np.isfinite(lat):
+        phi = laws.expert_coverage(laws.routed_tokens(rps, lat, k), m, big_m)
+        rhs = (c1u + phi * c1s) / (1 - rps * (c2u + phi * c2s))
+        assert lat == pytest.approx(rhs, rel=1e-9)
+        assert lat >= laws.latency(rps, c1u, c2u) - 1e-12  # least fixed point above phi = 0
