@@ -1,0 +1,492 @@
+r"""Deployment decisions with intervals, computed over posterior draws (reading note §5, §9, §11.2).
+
+Every quantity here is evaluated **per posterior draw** with the formulas of
+:mod:`specbayes.laws` and only then summarised (:mod:`specbayes.intervals`): the reported
+mean speedup is :math:`\mathbb{E}[L_\mathrm{dense}/L_\mathrm{sd}]`, not the ratio of mean
+latencies, and intervals are quantiles of draws, not formulas at posterior means.
+
+An *arm* is one server configuration on one workload — (verifier, hardware, drafter,
+prefill, decode) — for which the fit provides draws of the six cycle coefficients
+(``fit.coefficients``); alpha and k then give its effective :math:`(C_1, C_2)`.
+All latencies here are the *mean* latency ``mu`` of the model (no observation noise): the
+quantities a capacity plan is about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specbayes import laws
+from specbayes.intervals import INTERVAL_PROB, summarize
+
+__all__ = [
+    "Arm",
+    "break_even",
+    "capacity",
+    "coefficient_draws",
+    "compare",
+    "cost_ratios",
+    "effective_cost_draws",
+    "optimal_k",
+    "replicas",
+    "speedup",
+]
+
+COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
+DEFAULT_KS: tuple[int, ...] = tuple(range(0, 11))
+#: P(C2R > 1) at or above which a configuration gets the note's "red flag".
+RED_FLAG_PROB = 0.9
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration on one workload.
+
+    Parameters
+    ----------
+    verifier, hardware : str
+        Labels as in the fitted data.
+    prefill, decode : float
+        Mean prompt and output tokens of the workload.
+    drafter : str, optional
+        Draft model (``None``: the fit's only drafter for this verifier, or dense).
+    cell : str, optional
+        Workload label; defaults to ``"<prefill>x<decode>"``.
+    alpha : float, optional
+        Per-token acceptance; ``None`` uses the fit's latent alpha draws where alpha was
+        inferred.
+    k : int
+        Draft length (0 = dense).
+    """
+
+    verifier: str
+    hardware: str
+    prefill: float
+    decode: float
+    drafter: str | None = None
+    cell: str | None = None
+    alpha: float | None = None
+    k: int = 0
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def row(self) -> pd.DataFrame:
+        """This arm as a one-row frame in the sweep schema (for ``fit.coefficients``)."""
+        cell = self.cell or f"{round(self.prefill)}x{round(self.decode)}"
+        row = dict(
+            verifier=self.verifier,
+            hardware=self.hardware,
+            prefill=float(self.prefill),
+            decode=float(self.decode),
+            cell=cell,
+            k=int(self.k),
+            alpha=np.nan if self.alpha is None else float(self.alpha),
+            **self.extra,
+        )
+        if self.drafter is not None:
+            row["drafter"] = self.drafter
+        return pd.DataFrame([row])
+
+    def label(self) -> str:
+        if self.k == 0:
+            return f"{self.verifier} dense"
+        a = "alpha inferred" if self.alpha is None else f"alpha={self.alpha:g}"
+        return f"{self.verifier} + {self.drafter or 'drafter'} k={self.k} {a}"
+
+
+def _check_alpha(alpha: Any) -> np.ndarray:
+    a = np.asarray(alpha, dtype=float)
+    if np.any(~np.isfinite(a)) or np.any((a <= 0) | (a > 1)):
+        raise ValueError(f"alpha must lie in (0, 1]; got {np.ravel(a)[:5].tolist()}")
+    return a
+
+
+def _check_rps(rps: Any) -> np.ndarray:
+    r = np.atleast_1d(np.asarray(rps, dtype=float))
+    if r.size == 0 or np.any(~np.isfinite(r)) or np.any(r < 0):
+        raise ValueError("request rates must be finite and >= 0")
+    return r
+
+
+def _check_ks(ks: Iterable[int]) -> np.ndarray:
+    k = np.asarray(list(ks))
+    if k.size == 0 or np.any(k < 0) or np.any(k != np.round(k)):
+        raise ValueError("draft lengths k must be non-negative integers")
+    return k.astype(int)
+
+
+def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
+    """Posterior draws of the six cycle coefficients of each arm, each of shape ``(sample,)``.
+
+    All arms are evaluated in one ``fit.coefficients`` call, so arms sharing a verifier,
+    hardware and cell share the same draws of their common coefficients. Cells the fit
+    never saw are predicted by the model (trend plus a per-cell deviation drawn from its
+    prior); an unknown verifier or hardware raises ``ValueError`` from the fit.
+    """
+    ds = fit.coefficients(pd.concat([a.row() for a in arms], ignore_index=True))
+    return [
+        {name: np.asarray(ds[name].isel(row=i).values, dtype=float) for name in COEFFICIENTS}
+        for i in range(len(arms))
+    ]
+
+
+def _alpha_draws(fit: Any, arm: Arm, n: int, k: np.ndarray) -> np.ndarray:
+    if arm.alpha is not None:
+        return np.full(n, float(_check_alpha(arm.alpha)))
+    if np.all(k == 0):
+        return np.full(n, 0.5)  # unused: E = 1 at k = 0
+    cell = arm.cell or f"{round(arm.prefill)}x{round(arm.decode)}"
+    try:
+        draws = np.asarray(fit.alpha_draws(arm.verifier, arm.drafter, cell), dtype=float)
+    except (AttributeError, KeyError, ValueError) as exc:
+        raise ValueError(
+            f"{arm.label()}: no acceptance rate — pass alpha (the fit has no inferred alpha "
+            f"for this verifier/drafter/cell: {exc})"
+        ) from exc
+    if draws.shape != (n,):
+        raise ValueError(f"alpha draws of {arm.label()} do not align with coefficient draws")
+    return draws
+
+
+def _costs(
+    fit: Any, coefs: dict[str, np.ndarray], arm: Arm, alpha: Any = None, k: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`laws.effective_costs` over coefficient draws, broadcasting alpha and k after them."""
+    n = coefs["c1p"].shape[0]
+    k = np.asarray(arm.k if k is None else k)
+    if alpha is None:
+        alpha = _alpha_draws(fit, arm, n, k).reshape((n,) + (1,) * k.ndim)
+    else:
+        alpha = _check_alpha(alpha)[None, ...]
+    extra = max(np.ndim(alpha) - 1, k.ndim)
+    c = [coefs[name].reshape((n,) + (1,) * extra) for name in COEFFICIENTS]
+    return laws.effective_costs(*c, arm.decode, alpha, k[None, ...])
+
+
+def effective_cost_draws(
+    fit: Any, arm: Arm, *, alpha: Any = None, k: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draws of :math:`(C_1, C_2)` of an arm via :func:`laws.effective_costs`.
+
+    ``alpha`` and ``k`` (arrays) override the arm's and broadcast after the sample axis:
+    the result has shape ``(sample, *broadcast(alpha, k).shape)``. Without ``alpha`` an SD
+    arm uses its own alpha, or the fit's latent-alpha draws when it has none.
+    """
+    (coefs,) = coefficient_draws(fit, arm)
+    return _costs(fit, coefs, arm, alpha, k)
+
+
+def _sd_and_dense(fit: Any, arm: Arm, k: Any = None):
+    """Effective costs of an SD arm and of dense decoding, from the *same* coefficient draws."""
+    (coefs,) = coefficient_draws(fit, arm)
+    c1s, c2s = _costs(fit, coefs, arm, k=k)
+    c1d, c2d = _costs(fit, coefs, replace(arm, k=0, alpha=None))
+    return c1s, c2s, c1d, c2d
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def speedup(fit: Any, arm: Arm, rps: Sequence[float], *, prob: float = INTERVAL_PROB):
+    r"""Speedup of an SD arm over dense on the same server and workload, vs load.
+
+    Per draw :math:`S(\lambda) = L_\mathrm{dense}(\lambda) / L_\mathrm{sd}(\lambda)`
+    (:func:`laws.speedup`). Where only the dense server is saturated the draw counts as a
+    win (``inf``); where only SD is saturated, a loss (``0``); where both are, undefined.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per rate: ``rps, mean, median, lo, hi, p_faster`` (P(S > 1)),
+        ``p_dense_saturated, p_sd_saturated``.
+    """
+    rps = _check_rps(rps)
+    if arm.k == 0:
+        raise ValueError("speedup needs an SD arm (k >= 1); dense is the baseline")
+    c1s, c2s, c1d, c2d = _sd_and_dense(fit, arm)
+    s = laws.speedup(rps[None, :], c1s[:, None], c2s[:, None], c1d[:, None], c2d[:, None])
+    table = summarize(s, prob=prob)
+    table.insert(0, "rps", rps)
+    table["p_faster"] = np.mean(s > 1.0, axis=0)
+    table["p_dense_saturated"] = np.mean(rps[None, :] * c2d[:, None] >= 1.0, axis=0)
+    table["p_sd_saturated"] = np.mean(rps[None, :] * c2s[:, None] >= 1.0, axis=0)
+    table.attrs.update(arm=arm.label(), prob=prob, draws=s)
+    return table
+
+
+def cost_ratios(
+    fit: Any, arm: Arm, *, ks: Iterable[int] = DEFAULT_KS[1:], prob: float = INTERVAL_PROB
+) -> pd.DataFrame:
+    r""":math:`C_{1R}` and :math:`C_{2R}` per draft length, with intervals and the red flag.
+
+    The reading note's red flag (§5, §11.2 step 3) is :math:`C_{2R} > 1`: SD's advantage
+    shrinks with load and turns into a loss past :math:`\mathrm{RPS}^*`. A configuration is
+    flagged when :math:`P(C_{2R} > 1) \ge` :data:`RED_FLAG_PROB`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per k: ``k, c1r_mean, c1r_lo, c1r_hi, c2r_mean, c2r_lo, c2r_hi,
+        p_c1r_below_1, p_c2r_above_1, red_flag``.
+    """
+    ks = _check_ks(ks)
+    if np.any(ks == 0):
+        raise ValueError("cost ratios compare SD (k >= 1) with dense")
+    c1s, c2s, c1d, c2d = _sd_and_dense(fit, arm, k=ks)
+    c1r, c2r = c1s / c1d[:, None], c2s / c2d[:, None]
+    s1, s2 = summarize(c1r, prob=prob), summarize(c2r, prob=prob)
+    p2 = np.mean(c2r > 1.0, axis=0)
+    return pd.DataFrame(
+        dict(
+            k=ks,
+            c1r_mean=s1["mean"],
+            c1r_lo=s1["lo"],
+            c1r_hi=s1["hi"],
+            c2r_mean=s2["mean"],
+            c2r_lo=s2["lo"],
+            c2r_hi=s2["hi"],
+            p_c1r_below_1=np.mean(c1r < 1.0, axis=0),
+            p_c2r_above_1=p2,
+            red_flag=p2 >= RED_FLAG_PROB,
+        )
+    )
+
+
+def break_even(
+    fit: Any, arm: Arm, *, ks: Iterable[int] | None = None, prob: float = INTERVAL_PROB
+) -> pd.DataFrame:
+    r"""Break-even load :math:`r^*` and :math:`\mathrm{RPS}^*` per draft length, as draws.
+
+    Per draw the two latency curves either cross once below the dense saturation rate
+    (:func:`laws.break_even`) or never; the never-crossing draws are reported as
+    probabilities rather than hidden as ``NaN``:
+
+    * ``p_always_wins`` — :math:`C_{1R} < 1` and :math:`C_{2R} \le 1`: SD faster at every
+      load the dense server can sustain;
+    * ``p_never_wins`` — :math:`C_{1R} \ge 1` and :math:`C_{2R} \ge 1`;
+    * ``p_wins_then_loses`` / ``p_loses_then_wins`` — the crossing cases.
+
+    Intervals of ``rps_star`` and ``r_star`` are over the draws that cross.
+    """
+    ks = _check_ks([arm.k] if ks is None else ks)
+    if np.any(ks == 0):
+        raise ValueError("break-even compares SD (k >= 1) with dense")
+    c1s, c2s, c1d, c2d = _sd_and_dense(fit, arm, k=ks)
+    c1r, c2r = c1s / c1d[:, None], c2s / c2d[:, None]
+    r_star = laws.break_even(c1r, c2r)
+    rps_star = laws.break_even_rps(c1s, c2s, c1d[:, None], c2d[:, None])
+    sr, sl = summarize(rps_star, prob=prob), summarize(r_star, prob=prob)
+    out = pd.DataFrame(
+        dict(
+            k=ks,
+            rps_star_median=sr["median"],
+            rps_star_lo=sr["lo"],
+            rps_star_hi=sr["hi"],
+            r_star_median=sl["median"],
+            r_star_lo=sl["lo"],
+            r_star_hi=sl["hi"],
+            p_wins_then_loses=np.mean((c1r < 1) & (c2r > 1), axis=0),
+            p_loses_then_wins=np.mean((c1r > 1) & (c2r < 1), axis=0),
+            p_always_wins=np.mean((c1r < 1) & (c2r <= 1), axis=0),
+            p_never_wins=np.mean((c1r >= 1) & (c2r >= 1), axis=0),
+            dense_saturation_rps_median=np.median(1.0 / c2d),
+        )
+    )
+    out.attrs.update(arm=arm.label(), prob=prob, rps_star_draws=rps_star)
+    return out
+
+
+def optimal_k(
+    fit: Any,
+    arm: Arm,
+    alphas: Sequence[float],
+    rps: Sequence[float],
+    *,
+    ks: Iterable[int] = DEFAULT_KS,
+) -> pd.DataFrame:
+    r"""The k-table over an (alpha, load) grid.
+
+    For each draw and grid point the latency of every candidate k is computed
+    (dense ``k = 0`` included); then
+
+    * ``p_best_k<k>`` — the posterior probability that each k is the fastest;
+    * ``k_bayes`` — the Bayes choice: lowest posterior *expected* latency (a draw in which
+      a candidate saturates gives it infinite latency; where every candidate has infinite
+      expected latency, ``k_bayes`` is ``-1`` and ``p_all_saturated`` says how often);
+    * ``regret`` — :math:`\mathbb{E}[L_{k_\mathrm{bayes}} / L_{k^*_\mathrm{draw}}] - 1`, the
+      expected relative latency lost against the per-draw best (over draws where the Bayes
+      choice is unsaturated), and ``p_bayes_saturated``.
+    """
+    alphas = _check_alpha(np.atleast_1d(alphas))
+    rps = _check_rps(rps)
+    ks = _check_ks(ks)
+    # shape (sample, alpha, k) -> latencies (sample, alpha, rps, k)
+    c1, c2 = effective_cost_draws(fit, arm, alpha=alphas[:, None], k=ks[None, :])
+    lat = laws.latency(rps[None, None, :, None], c1[:, :, None, :], c2[:, :, None, :])
+    best_idx = np.argmin(lat, axis=-1)
+    best_lat = np.min(lat, axis=-1)
+    with np.errstate(invalid="ignore"):
+        expected = np.mean(lat, axis=0)  # (alpha, rps, k)
+    rows = []
+    for i, a in enumerate(alphas):
+        for j, r in enumerate(rps):
+            e = expected[i, j]
+            finite = np.isfinite(e)
+            k_idx = int(np.argmin(np.where(finite, e, np.inf))) if finite.any() else -1
+            row: dict[str, Any] = dict(alpha=a, rps=r)
+            all_sat = ~np.isfinite(best_lat[:, i, j])
+            for kk_i, kk in enumerate(ks):
+                row[f"p_best_k{kk}"] = float(np.mean((best_idx[:, i, j] == kk_i) & ~all_sat))
+            row["p_all_saturated"] = float(np.mean(all_sat))
+            if k_idx < 0:
+                row.update(k_bayes=-1, expected_latency=np.inf, regret=np.nan,
+                           p_bayes_saturated=1.0)  # fmt: skip
+            else:
+                chosen = lat[:, i, j, k_idx]
+                ok = np.isfinite(chosen)
+                row.update(
+                    k_bayes=int(ks[k_idx]),
+                    expected_latency=float(e[k_idx]),
+                    regret=float(np.mean(chosen[ok] / best_lat[ok, i, j]) - 1.0),
+                    p_bayes_saturated=float(np.mean(~ok)),
+                )
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs.update(arm=arm.label(), ks=ks.tolist())
+    return out
+
+
+def _slo_rate_draws(c1: np.ndarray, c2: np.ndarray, slo: float) -> np.ndarray:
+    """Per draw, the highest rate with mean latency <= slo: :math:`(1 - C_1/\text{SLO})/C_2`."""
+    return np.where(c1 < slo, (1.0 - c1 / slo) / c2, 0.0)
+
+
+def capacity(
+    fit: Any,
+    arm: Arm,
+    slo_latency: float,
+    *,
+    prob: float = 0.9,
+    ks: Iterable[int] = DEFAULT_KS,
+) -> pd.DataFrame:
+    r"""Highest request rate whose mean latency stays under an SLO with probability ``prob``.
+
+    :math:`L(\lambda)` rises with λ, so per draw :math:`L(\lambda) \le \mathrm{SLO}` exactly
+    when :math:`\lambda \le \lambda_\mathrm{SLO} = (1 - C_1/\mathrm{SLO})/C_2` (and never when
+    :math:`C_1 \ge \mathrm{SLO}`). Hence
+    :math:`P(L(\lambda) \le \mathrm{SLO}) \ge p \iff \lambda \le Q_{1-p}(\lambda_\mathrm{SLO})`:
+    the capacity is the :math:`(1-p)` quantile of the draws of :math:`\lambda_\mathrm{SLO}`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per k: ``k, capacity_rps`` (at probability ``prob``), ``median_rps``
+        (at probability 0.5), ``p_slo_feasible`` (P(zero-load latency < SLO)),
+        ``zero_load_latency_median``.
+
+    Raises
+    ------
+    ValueError
+        If the SLO is not positive, ``prob`` is not in (0, 1), or the SLO lies below the
+        zero-load latency of every candidate with probability ``prob`` (no rate meets it).
+    """
+    if not slo_latency > 0:
+        raise ValueError("the latency SLO must be > 0 seconds")
+    if not 0 < prob < 1:
+        raise ValueError("prob must lie in (0, 1)")
+    ks = _check_ks(ks)
+    c1, c2 = effective_cost_draws(fit, arm, k=ks)
+    lam = _slo_rate_draws(c1, c2, slo_latency)
+    cap = np.quantile(lam, 1.0 - prob, axis=0, method="inverted_cdf")
+    out = pd.DataFrame(
+        dict(
+            k=ks,
+            capacity_rps=cap,
+            median_rps=np.quantile(lam, 0.5, axis=0, method="inverted_cdf"),
+            p_slo_feasible=np.mean(c1 < slo_latency, axis=0),
+            zero_load_latency_median=np.median(c1, axis=0),
+        )
+    )
+    if not np.any(cap > 0):
+        zl = summarize(c1, prob=prob)
+        best = int(np.argmin(zl["median"]))
+        raise ValueError(
+            f"SLO {slo_latency:g} s is below the zero-load latency of {arm.label()}: even at "
+            f"~0 req/s the best candidate (k={ks[best]}) takes {zl['median'][best]:.3g} s "
+            f"(interval {zl['lo'][best]:.3g}–{zl['hi'][best]:.3g} s); no rate meets it with "
+            f"probability {prob:g}"
+        )
+    out.attrs.update(arm=arm.label(), slo=slo_latency, prob=prob)
+    return out
+
+
+def replicas(
+    fit: Any,
+    arm: Arm,
+    total_rps: float,
+    slo_latency: float,
+    *,
+    prob: float = 0.9,
+    ks: Iterable[int] = DEFAULT_KS,
+) -> pd.DataFrame:
+    r"""Identical servers needed to carry ``total_rps`` under the SLO with probability ``prob``.
+
+    With load spread evenly over n servers each sees :math:`\lambda/n`, so the smallest n is
+    :math:`\lceil \lambda / \mathrm{capacity} \rceil` (:func:`capacity`); ``inf`` where no rate
+    meets the SLO for that k.
+    """
+    if not total_rps > 0:
+        raise ValueError("total_rps must be > 0")
+    cap = capacity(fit, arm, slo_latency, prob=prob, ks=ks)
+    with np.errstate(divide="ignore"):
+        n = np.where(cap["capacity_rps"] > 0, np.ceil(total_rps / cap["capacity_rps"]), np.inf)
+    out = cap.assign(replicas=n)
+    out.attrs.update(cap.attrs, total_rps=total_rps)
+    return out
+
+
+def compare(
+    fit: Any, a: Arm, b: Arm, rps: Sequence[float], *, prob: float = INTERVAL_PROB
+) -> dict[str, Any]:
+    r"""Speedup of arm ``b`` over arm ``a`` vs load, their crossover, and their saturation loads.
+
+    The common case: a dense sweep and an SD sweep (perhaps with alpha inferred) on the same
+    workload — "where does SD stop paying?". Per draw
+    :math:`S = L_a/L_b`, the crossover :math:`\lambda^\times` solves :math:`L_a = L_b`
+    (:func:`laws.break_even_rps` with ``a`` as the baseline), and each arm saturates at
+    :math:`1/C_2`.
+
+    Returns
+    -------
+    dict
+        ``speedup`` (table as :func:`speedup`), ``crossover`` (one-row summary with
+        ``p_cross``), ``saturation`` (per-arm summary of :math:`1/C_2`).
+    """
+    rps = _check_rps(rps)
+    coef_a, coef_b = coefficient_draws(fit, a, b)
+    c1a, c2a = _costs(fit, coef_a, a)
+    c1b, c2b = _costs(fit, coef_b, b)
+    s = laws.speedup(rps[None, :], c1b[:, None], c2b[:, None], c1a[:, None], c2a[:, None])
+    table = summarize(s, prob=prob)
+    table.insert(0, "rps", rps)
+    table["p_faster"] = np.mean(s > 1.0, axis=0)
+    table["p_a_saturated"] = np.mean(rps[None, :] * c2a[:, None] >= 1.0, axis=0)
+    table["p_b_saturated"] = np.mean(rps[None, :] * c2b[:, None] >= 1.0, axis=0)
+    cross = laws.break_even_rps(c1b, c2b, c1a, c2a)
+    cs = summarize(cross, prob=prob)
+    crossover = pd.DataFrame(
+        dict(
+            rps_median=cs["median"],
+            rps_lo=cs["lo"],
+            rps_hi=cs["hi"],
+            p_cross=[float(np.mean(np.isfinite(cross)))],
+            p_b_wins_at_zero_load=[float(np.mean(c1b < c1a))],
+        )
+    )
+    sat = summarize(np.stack([1.0 / c2a, 1.0 / c2b], axis=1), prob=prob)
+    sat.insert(0, "arm", [a.label(), b.label()])
+    return dict(speedup=table, crossover=crossover, saturation=sat)

@@ -1,0 +1,62 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+COEF_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
+#: Coefficients reproducing the reading note's worked example (§9: 1024/1024, dense
+#: C1 = 1.20 s, C2 = 0.0696 s; alpha = 0.75, k = 6: C1 = 0.78 s, C2 = 0.085 s).
+TRUE_COEFS = dict(c1p=0.05, c1v=1.123e-3, c1d=2.25e-4, c2p=2.0e-3, c2v=6.6e-5, c2d=3.58e-5)
+
+
+class DrawsFit:
+    """A stand-in for :class:`specbayes.fit.Fit` holding fixed coefficient draws.
+
+    Draws are log-normal around ``TRUE_COEFS`` (sd ``spread`` on the log scale), one set
+    per verifier; the cell's decode length does not change the c-coefficients here.
+    """
+
+    def __init__(self, n: int = 400, spread: float = 0.08, seed: int = 0, verifiers=("V8",)):
+        rng = np.random.default_rng(seed)
+        self.verifiers = set(verifiers)
+        self.draws = {
+            name: value * np.exp(spread * rng.standard_normal(n))
+            for name, value in TRUE_COEFS.items()
+        }
+        self.n = n
+
+    def coefficients(self, rows: pd.DataFrame) -> xr.Dataset:
+        unknown = set(rows["verifier"]) - self.verifiers
+        if unknown:
+            raise ValueError(f"unknown verifier(s) {sorted(unknown)}")
+        return xr.Dataset(
+            {
+                name: (("sample", "row"), np.repeat(d[:, None], len(rows), axis=1))
+                for name, d in self.draws.items()
+            }
+        )
+
+    def alpha_draws(self, verifier, drafter, cell):
+        raise ValueError("alpha was given in the data, not inferred")
+
+
+@pytest.fixture
+def draws_fit() -> DrawsFit:
+    return DrawsFit()
+
+
+def needs_shared(*parts: str) -> Path:
+    """Path under ../shared, skipping the test when it is absent (a user's clone)."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present (../shared is only beside CI/dev checkouts)")
+    return path

@@ -1,0 +1,119 @@
+"""The planner: every number equals laws on the same draws; intervals come from draws."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specbayes import laws, plan
+from specbayes.intervals import INTERVAL_PROB, interval_bounds
+
+ARM = plan.Arm("V8", "A100", prefill=1024, decode=1024, drafter="eagle3", alpha=0.75, k=6)
+RPS = np.array([0.0, 2.0, 5.0, 8.0, 11.0])
+
+
+def costs(fit, alpha, k, decode=1024):
+    """Effective costs per draw; the draws broadcast along a leading axis."""
+    extra = max(np.ndim(alpha), np.ndim(k))
+    d = [fit.draws[name].reshape((-1,) + (1,) * extra) for name in plan.COEFFICIENTS]
+    return laws.effective_costs(*d, decode, alpha, k)
+
+
+def test_speedup_equals_laws_per_draw(draws_fit):
+    table = plan.speedup(draws_fit, ARM, RPS)
+    c1s, c2s = costs(draws_fit, 0.75, 6)
+    c1d, c2d = costs(draws_fit, 0.75, 0)
+    s = laws.speedup(RPS[None, :], c1s[:, None], c2s[:, None], c1d[:, None], c2d[:, None])
+    lo, hi = interval_bounds(INTERVAL_PROB)
+    np.testing.assert_allclose(table["mean"], s.mean(axis=0))
+    np.testing.assert_allclose(table["lo"], np.quantile(s, lo, axis=0, method="inverted_cdf"))
+    np.testing.assert_allclose(table["hi"], np.quantile(s, hi, axis=0, method="inverted_cdf"))
+    np.testing.assert_allclose(table["p_faster"], (s > 1).mean(axis=0))
+    # the posterior-mean speedup is not the speedup of posterior-mean coefficients
+    plug_in = laws.speedup(RPS, c1s.mean(), c2s.mean(), c1d.mean(), c2d.mean())
+    assert np.max(np.abs(table["mean"].to_numpy() - plug_in)) > 1e-3
+    assert table["p_dense_saturated"].iloc[0] == 0.0
+
+
+def test_speedup_falls_with_load_like_the_paper(draws_fit):
+    table = plan.speedup(draws_fit, ARM, RPS)
+    assert table["median"].iloc[0] > 1.4
+    assert np.all(np.diff(table["median"].to_numpy()) < 0)
+
+
+def test_break_even_draws_and_probabilities(draws_fit):
+    table = plan.break_even(draws_fit, ARM, ks=[2, 6])
+    c1s, c2s = costs(draws_fit, 0.75, np.array([2, 6]))
+    c1d, c2d = costs(draws_fit, 0.75, 0)
+    star = laws.break_even_rps(c1s, c2s, c1d[:, None], c2d[:, None])
+    np.testing.assert_allclose(table.attrs["rps_star_draws"], star)
+    np.testing.assert_allclose(
+        table["rps_star_median"], np.nanquantile(star, 0.5, axis=0, method="inverted_cdf")
+    )
+    probs = table[["p_wins_then_loses", "p_loses_then_wins", "p_always_wins", "p_never_wins"]]
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-12)
+    # speedup is exactly 1 at each draw's break-even rate
+    k6 = star[:, 1]
+    ok = np.isfinite(k6)
+    s = laws.speedup(k6[ok], c1s[ok, 1], c2s[ok, 1], c1d[ok], c2d[ok])
+    np.testing.assert_allclose(s, 1.0, rtol=1e-9)
+
+
+def test_cost_ratios_and_red_flag(draws_fit):
+    table = plan.cost_ratios(draws_fit, ARM, ks=range(1, 11))
+    assert (table["c1r_hi"] < 1).all()  # SD always lowers the fixed cost here
+    assert table.loc[table.k == 10, "red_flag"].item()
+    # the k minimising C1R is larger than the k minimising C2R (the paper's tension)
+    assert table.k[table.c1r_mean.idxmin()] > table.k[table.c2r_mean.idxmin()]
+
+
+def test_optimal_k_table_consistent_with_laws(draws_fit):
+    alphas, rps = np.array([0.6, 0.9]), np.array([0.5, 9.0])
+    table = plan.optimal_k(draws_fit, ARM, alphas, rps)
+    p_cols = [c for c in table if c.startswith("p_best_k")]
+    np.testing.assert_allclose(table[p_cols].sum(axis=1) + table["p_all_saturated"], 1.0)
+    for _, row in table.iterrows():
+        c1, c2 = costs(draws_fit, row.alpha, np.arange(11))
+        lat = laws.latency(row.rps, c1, c2)
+        assert row.k_bayes == int(np.argmin(lat.mean(axis=0)))
+        best = lat.min(axis=1)
+        assert row.regret == pytest.approx(np.mean(lat[:, int(row.k_bayes)] / best) - 1)
+        assert row.regret >= 0
+    low, high = table[table.rps == 0.5], table[table.rps == 9.0]
+    assert (low.k_bayes.to_numpy() >= high.k_bayes.to_numpy()).all()
+
+
+def test_capacity_meets_slo_with_stated_probability(draws_fit):
+    slo, prob = 3.0, 0.9
+    table = plan.capacity(draws_fit, ARM, slo, prob=prob, ks=[0, 2, 6])
+    for _, row in table.iterrows():
+        c1, c2 = costs(draws_fit, 0.75, row.k)
+        p_ok = np.mean(laws.latency(row.capacity_rps, c1, c2) <= slo)
+        assert p_ok >= prob
+        assert np.mean(laws.latency(row.capacity_rps * 1.02, c1, c2) <= slo) < prob
+    reps = plan.replicas(draws_fit, ARM, 100.0, slo, prob=prob, ks=[0, 2, 6])
+    np.testing.assert_array_equal(reps["replicas"], np.ceil(100.0 / table["capacity_rps"]))
+
+
+def test_compare_two_arms_matches_speedup(draws_fit):
+    dense = plan.Arm("V8", "A100", prefill=1024, decode=1024)
+    out = plan.compare(draws_fit, dense, ARM, RPS)
+    np.testing.assert_allclose(out["speedup"]["mean"], plan.speedup(draws_fit, ARM, RPS)["mean"])
+    assert 0 < out["crossover"]["p_cross"].item() <= 1
+    assert out["saturation"]["median"].iloc[0] > out["saturation"]["median"].iloc[1]
+
+
+def test_bad_inputs_get_clear_messages(draws_fit):
+    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\]"):
+        plan.optimal_k(draws_fit, ARM, [1.5], [1.0])
+    with pytest.raises(ValueError, match="request rates must be finite and >= 0"):
+        plan.speedup(draws_fit, ARM, [-1.0])
+    with pytest.raises(ValueError, match="below the zero-load latency"):
+        plan.capacity(draws_fit, ARM, 0.2)
+    with pytest.raises(ValueError, match="unknown verifier"):
+        plan.speedup(draws_fit, plan.Arm("nope", "A100", 1024, 1024, alpha=0.7, k=2), RPS)
+    with pytest.raises(ValueError, match="no acceptance rate"):
+        plan.speedup(draws_fit, plan.Arm("V8", "A100", 1024, 1024, k=2), RPS)
+    past = plan.speedup(draws_fit, ARM, [30.0])  # past both saturation points
+    assert past["p_dense_saturated"].item() == 1.0 and past["p_sd_saturated"].item() == 1.0
+    assert np.isnan(past["median"].item())
