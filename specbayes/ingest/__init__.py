@@ -1,0 +1,28 @@
+"""Readers of real measurements: GuideLLM reports, ``vllm bench serve`` results, SGLang
+``bench_serving`` lines and plain sweep tables, all into the sweep table of DESIGN.md §3.
+
+>>> from specbayes.ingest import ingest_files
+>>> df = ingest_files(["benchmarks.json"], hardware="H100-SXM")  # doctest: +SKIP
+
+:func:`read` reads one file (tool and version detected from the content);
+:func:`ingest_files` reads many and applies configuration labels (keyword arguments or a
+sidecar file). Malformed input raises :class:`IngestError` (a ``ValueError``) naming the
+file and the field. Saturated points are kept and flagged (``saturated``,
+``saturation_reason``); :func:`specbayes.data.validate_sweeps` then excludes them with the
+reason listed.
+"""
+
+from specbayes.ingest._common import ERROR_THRESHOLD, RATE_TOLERANCE, ROW_COLUMNS, IngestError
+from specbayes.ingest.reader import LABELS, detect_format, ingest_files, load_sidecar, read
+
+__all__ = [
+    "ERROR_THRESHOLD",
+    "LABELS",
+    "RATE_TOLERANCE",
+    "ROW_COLUMNS",
+    "IngestError",
+    "detect_format",
+    "ingest_files",
+    "load_sidecar",
+    "read",
+]
