@@ -314,9 +314,11 @@ def optimal_k(
     (dense ``k = 0`` included); then
 
     * ``p_best_k<k>`` — the posterior probability that each k is the fastest;
-    * ``k_bayes`` — the Bayes choice: lowest posterior *expected* latency (a draw in which
-      a candidate saturates gives it infinite latency; where every candidate has infinite
-      expected latency, ``k_bayes`` is ``-1`` and ``p_all_saturated`` says how often);
+    * ``k_bayes`` — the Bayes choice: lowest posterior *expected* latency. A draw in which
+      a candidate saturates gives it infinite latency; where every candidate saturates in
+      some draws (all expected latencies infinite) the choice is the candidate least likely
+      to saturate, ties broken by median latency; ``-1`` where every candidate saturates in
+      every draw;
     * ``regret`` — :math:`\mathbb{E}[L_{k_\mathrm{bayes}} / L_{k^*_\mathrm{draw}}] - 1`, the
       expected relative latency lost against the per-draw best (over draws where the Bayes
       choice is unsaturated), and ``p_bayes_saturated``.
@@ -336,21 +338,28 @@ def optimal_k(
         for j, r in enumerate(rps):
             e = expected[i, j]
             finite = np.isfinite(e)
-            k_idx = int(np.argmin(np.where(finite, e, np.inf))) if finite.any() else -1
+            if finite.any():
+                k_idx = int(np.argmin(np.where(finite, e, np.inf)))
+            else:  # every candidate saturates in some draw: least risk, then median latency
+                p_sat = np.mean(~np.isfinite(lat[:, i, j, :]), axis=0)
+                med = np.quantile(lat[:, i, j, :], 0.5, axis=0, method="inverted_cdf")
+                order = np.lexsort((med, p_sat))
+                k_idx = int(order[0]) if p_sat[order[0]] < 1.0 else -1
             row: dict[str, Any] = dict(alpha=a, rps=r)
             all_sat = ~np.isfinite(best_lat[:, i, j])
             for kk_i, kk in enumerate(ks):
                 row[f"p_best_k{kk}"] = float(np.mean((best_idx[:, i, j] == kk_i) & ~all_sat))
             row["p_all_saturated"] = float(np.mean(all_sat))
             if k_idx < 0:
-                row.update(k_bayes=-1, expected_latency=np.inf, regret=np.nan,
-                           p_bayes_saturated=1.0)  # fmt: skip
+                row.update(
+                    k_bayes=-1, expected_latency=np.inf, regret=np.nan, p_bayes_saturated=1.0
+                )
             else:
                 chosen = lat[:, i, j, k_idx]
                 ok = np.isfinite(chosen)
                 row.update(
                     k_bayes=int(ks[k_idx]),
-                    expected_latency=float(e[k_idx]),
+                    expected_latency=float(e[k_idx]),  # inf when it saturates in some draws
                     regret=float(np.mean(chosen[ok] / best_lat[ok, i, j]) - 1.0),
                     p_bayes_saturated=float(np.mean(~ok)),
                 )

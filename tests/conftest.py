@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+
+os.environ.setdefault("MPLBACKEND", "Agg")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -60,3 +63,29 @@ def needs_shared(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not present (../shared is only beside CI/dev checkouts)")
     return path
+
+
+def law_rows(fit: DrawsFit, alphas=(0.6, 0.8), ks=(0, 2, 6), decode=1024, n=9) -> pd.DataFrame:
+    """Rows on the law of ``fit``'s true coefficients (for report/plot tests)."""
+    from specbayes import laws
+
+    rows = []
+    for k in ks:
+        for a in alphas if k else (np.nan,):
+            c1, c2 = laws.effective_costs(*TRUE_COEFS.values(), decode, 0.5 if k == 0 else a, k)
+            for r in np.linspace(0.0, 0.9 / c2, n):
+                rows.append(
+                    dict(
+                        verifier="V8",
+                        hardware="A100",
+                        drafter="eagle3" if k else "none",
+                        cell=f"1024x{decode}",
+                        prefill=1024,
+                        decode=decode,
+                        k=k,
+                        alpha=a,
+                        rps=r,
+                        latency=float(laws.latency(r, c1, c2)),
+                    )
+                )
+    return pd.DataFrame(rows)

@@ -151,9 +151,17 @@ def test_closed_loop_rows_keep_concurrency_and_derive_rps():
     n = np.array([1, 2, 4, 8, 16, 32.0])
     lat = laws.closed_loop_latency(n, 8.0, 0.05)
     df = pd.DataFrame(
-        dict(verifier="V", hardware="B200", prefill=200, decode=700, k=0, rps=np.nan,
-             concurrency=n, latency=lat)
-    )  # fmt: skip
+        dict(
+            verifier="V",
+            hardware="B200",
+            prefill=200,
+            decode=700,
+            k=0,
+            rps=np.nan,
+            concurrency=n,
+            latency=lat,
+        )
+    )
     table = data.validate_sweeps(df)
     np.testing.assert_allclose(table.data["rps"], n / lat)
     assert table.excluded.empty

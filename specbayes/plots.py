@@ -1,0 +1,181 @@
+r"""Figures. Each takes its result first, keyword arguments after, accepts ``ax=`` and returns
+the figure (DESIGN.md §5). Bands are the central :data:`~specbayes.intervals.INTERVAL_PROB`
+interval of posterior draws of the *mean* latency model (``mu``), not predictive draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.colors import BoundaryNorm, ListedColormap
+
+from specbayes.intervals import INTERVAL_PROB
+
+__all__ = [
+    "plot_capacity",
+    "plot_collapse",
+    "plot_cost_ratios",
+    "plot_k_map",
+    "plot_speedup",
+]
+
+
+def _axes(ax, figsize=(6.4, 4.4)):
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax.figure, ax
+
+
+def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98):
+    r"""The universal collapse: every configuration on :math:`y = 1/(1 - x)`.
+
+    Parameters
+    ----------
+    points : pandas.DataFrame
+        Columns ``x`` (:math:`\lambda C_2`, posterior mean per row), ``y`` (:math:`L/C_1`)
+        and optionally ``group`` (colour) and ``excluded`` (bool, drawn hollow).
+    """
+    fig, ax = _axes(ax)
+    xs = np.linspace(0, max_x, 200)
+    ax.plot(xs, 1.0 / (1.0 - xs), color="black", lw=1.5, label="$y = 1/(1-x)$", zorder=3)
+    groups = points["group"] if "group" in points else pd.Series("data", index=points.index)
+    excluded = points.get("excluded", pd.Series(False, index=points.index)).astype(bool)
+    for i, (name, idx) in enumerate(groups.groupby(groups).groups.items()):
+        sub = points.loc[idx]
+        kept = ~excluded.loc[idx]
+        color = f"C{i % 10}"
+        ax.scatter(sub.x[kept], sub.y[kept], s=9, alpha=0.6, color=color, label=str(name))
+        if (~kept).any():
+            ax.scatter(sub.x[~kept], sub.y[~kept], s=14, facecolors="none", edgecolors=color)
+    ax.set_xlim(0, 1)
+    top = np.nanquantile(points["y"], 0.995) if len(points) else 10
+    ax.set_ylim(0.8, max(3.0, min(top * 1.1, 60)))
+    ax.set_xlabel(r"normalised load $x = \lambda\,C_2$")
+    ax.set_ylabel(r"normalised latency $y = L / C_1$")
+    ax.set_title("Latency collapse: measured points vs the law $y=1/(1-x)$")
+    ax.legend(fontsize=7, ncol=2, loc="upper left", markerscale=1.5)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_speedup(tables: Mapping[str, pd.DataFrame], *, ax=None, title: str | None = None):
+    """Speedup vs request rate with interval bands, one curve per configuration.
+
+    Parameters
+    ----------
+    tables : mapping of label -> DataFrame
+        Outputs of :func:`specbayes.plan.speedup` (columns ``rps, median, lo, hi``).
+    """
+    fig, ax = _axes(ax)
+    for i, (label, t) in enumerate(tables.items()):
+        color = f"C{i % 10}"
+        ok = np.isfinite(t["median"]) & (t.get("p_dense_saturated", 0) < 0.5)
+        ax.plot(t.rps[ok], t["median"][ok], color=color, label=label)
+        lo, hi = t["lo"].clip(upper=5), t["hi"].clip(upper=5)
+        ax.fill_between(t.rps[ok], lo[ok], hi[ok], color=color, alpha=0.18, lw=0)
+    ax.axhline(1.0, color="black", lw=1, ls="--")
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel("speedup over dense  $L_{dense}/L_{SD}$")
+    ax.set_title(title or f"SD speedup vs load (median, {INTERVAL_PROB:.0%} band)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_k_map(ktable: pd.DataFrame, *, ax=None, title: str | None = None):
+    """The best draft length over (alpha, request rate): the Bayes choice, k = 0 is dense.
+
+    Parameters
+    ----------
+    ktable : pandas.DataFrame
+        Output of :func:`specbayes.plan.optimal_k` (columns ``alpha, rps, k_bayes``).
+    """
+    fig, ax = _axes(ax)
+    grid = ktable.pivot(index="alpha", columns="rps", values="k_bayes")
+    ks = ktable.attrs.get("ks", sorted(ktable["k_bayes"].unique()))
+    levels = [-1, *ks]
+    sd_ks = [k for k in ks if k != 0]
+    sd_colors = iter(plt.cm.viridis(np.linspace(0.0, 1.0, max(len(sd_ks), 1))))
+    colors = ["#dddddd"] + ["#e76f51" if k == 0 else next(sd_colors) for k in ks]
+    cmap = ListedColormap(colors)
+    norm = BoundaryNorm(np.arange(len(levels) + 1) - 0.5, cmap.N)
+    idx = np.vectorize(lambda v: levels.index(int(v)))(grid.to_numpy())
+    rps, alphas = grid.columns.to_numpy(), grid.index.to_numpy()
+    mesh = ax.pcolormesh(rps, alphas, idx, cmap=cmap, norm=norm, shading="nearest")
+    cbar = fig.colorbar(mesh, ax=ax, ticks=np.arange(len(levels)))
+    cbar.ax.set_yticklabels(["saturated"] + [("dense" if k == 0 else f"k={k}") for k in ks])
+    for (i, a), (j, r) in ((p, q) for p in enumerate(alphas) for q in enumerate(rps)):
+        if len(alphas) * len(rps) <= 120:
+            ax.text(
+                r,
+                a,
+                str(levels[idx[i, j]]) if idx[i, j] else "–",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+            )
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel(r"acceptance rate $\alpha$")
+    ax.set_title(title or "Best draft length k (lowest expected latency)")
+    return fig
+
+
+def plot_cost_ratios(ratios: pd.DataFrame, *, ax=None, title: str | None = None):
+    """C1R and C2R vs draft length with intervals; C2R > 1 is the red flag.
+
+    Parameters
+    ----------
+    ratios : pandas.DataFrame
+        Output of :func:`specbayes.plan.cost_ratios`.
+    """
+    fig, ax = _axes(ax)
+    for name, color, label in (
+        ("c1r", "C0", "$C_{1R}$ (zero-load cost)"),
+        ("c2r", "C3", "$C_{2R}$ (per-request load cost)"),
+    ):
+        mean = ratios[f"{name}_mean"]
+        err = np.vstack([mean - ratios[f"{name}_lo"], ratios[f"{name}_hi"] - mean])
+        ax.errorbar(ratios.k, mean, yerr=err, color=color, marker="o", capsize=3, label=label)
+    ax.axhline(1.0, color="black", lw=1, ls="--")
+    flagged = ratios[ratios.red_flag]
+    if len(flagged):
+        ax.scatter(
+            flagged.k,
+            flagged.c2r_mean,
+            s=120,
+            facecolors="none",
+            edgecolors="red",
+            label="red flag: P($C_{2R}$>1) ≥ 0.9",
+        )
+    ax.set_xlabel("draft length k")
+    ax.set_ylabel("ratio to dense")
+    ax.set_title(title or f"Cost ratios vs k ({INTERVAL_PROB:.0%} intervals)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_capacity(curves: pd.DataFrame, *, ax=None, title: str | None = None):
+    """Capacity (req/s meeting the SLO with the stated probability) vs latency SLO.
+
+    Parameters
+    ----------
+    curves : pandas.DataFrame
+        Columns ``slo, k, capacity_rps`` (stacked outputs of
+        :func:`specbayes.plan.capacity` over several SLOs); ``attrs["prob"]`` the probability.
+    """
+    fig, ax = _axes(ax)
+    for i, (k, sub) in enumerate(curves.groupby("k")):
+        label = "dense" if k == 0 else f"k={k}"
+        ax.plot(sub.slo, sub.capacity_rps, marker=".", color=f"C{i % 10}", label=label)
+    prob = curves.attrs.get("prob", 0.9)
+    ax.set_xlabel("mean-latency SLO (s)")
+    ax.set_ylabel(f"capacity (req/s) met with P ≥ {prob:g}")
+    ax.set_title(title or "Capacity under a latency SLO")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    return fig
