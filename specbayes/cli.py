@@ -38,8 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name != name:  # a real import error inside an existing module
-                raise
+            missing = exc.name or ""
+            if not (name == missing or name.startswith(missing + ".")):
+                raise  # a real import error inside an existing module
+
             continue
         module.register(sub)
     return parser
