@@ -20,20 +20,20 @@ demo: $(STAMP)
 	$(VENV)/bin/specbayes demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check specbayes tests benchmarks
-	$(VENV)/bin/ruff format --check specbayes tests benchmarks
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -m "not slow"
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check specbayes tests benchmarks
-	$(VENV)/bin/ruff format --check specbayes tests benchmarks
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format specbayes tests benchmarks
-	$(VENV)/bin/ruff check --fix specbayes tests benchmarks
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 clean:
 	rm -rf $(VENV) specbayes-demo .pytest_cache .ruff_cache
