@@ -1,0 +1,315 @@
+r"""Validation on held-out (prefill, decode) cells — how far to trust a prediction.
+
+:func:`leave_n_out` is the paper's Fig. 7 experiment made Bayesian: for each
+(verifier, hardware) group, ``n`` of its cells are held out, the model is fitted to the rest,
+and the held-out rows are predicted — by specbayes (posterior mean and predictive
+distribution) and by the paper's curve_fit trend baseline (:mod:`specbayes.baseline`) on
+the *same* folds. Scores per fold and overall:
+
+* ``r2_log`` / ``r2`` — R² of the posterior-mean latency on log latency and on latency;
+* ``elpd`` — expected log predictive density of the held-out rows,
+  :math:`\sum_i \log \frac1S \sum_s p(y_i \mid \theta_s)` (specbayes only);
+* ``cov50`` / ``cov90`` — share of held-out rows inside the central 50 % / 90 %
+  predictive intervals (calibrated: close to 0.5 / 0.9; too wide is as wrong as too narrow);
+* PIT values :math:`P(\tilde y \le y)` (uniform when calibrated).
+
+Folds that cannot be formed (a group with ≤ n cells, a fold without rows) are skipped with a
+stated reason in ``skipped``, never a crash. Folds run in parallel processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.special import logsumexp
+
+from specbayes import baseline
+from specbayes.data import SweepTable, validate_sweeps
+
+__all__ = [
+    "Fold",
+    "LeaveNOut",
+    "heldout_scores",
+    "leave_n_out",
+    "make_folds",
+]
+
+GROUP = ["verifier", "hardware"]
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Held-out cells per (verifier, hardware) group for one fold."""
+
+    n: int
+    repeat: int
+    held_out: tuple[tuple[str, str, tuple[str, ...]], ...]
+
+    @property
+    def label(self) -> str:
+        return f"n={self.n}#{self.repeat}"
+
+    def mask(self, data: pd.DataFrame) -> np.ndarray:
+        """Rows of ``data`` that this fold holds out."""
+        held = np.zeros(len(data), dtype=bool)
+        for v, h, cells in self.held_out:
+            held |= ((data.verifier == v) & (data.hardware == h) & data.cell.isin(cells)).to_numpy()
+        return held
+
+
+def make_folds(
+    data: pd.DataFrame, n: int, repeats: int, seed: int = 0
+) -> tuple[list[Fold], pd.DataFrame]:
+    """Folds holding out ``n`` cells of every (verifier, hardware) group.
+
+    Each fold draws, independently per group, one ``n``-subset of that group's cells; when
+    a group has no more subsets than ``repeats``, the folds walk through all of them.
+    Groups with ``<= n`` cells cannot keep a cell to learn from and are skipped.
+
+    Returns
+    -------
+    folds : list of Fold
+    skipped : pandas.DataFrame
+        ``verifier, hardware, n, reason`` for every group left out.
+    """
+    rng = np.random.default_rng(seed)
+    groups = {g: sorted(cells.unique()) for g, cells in data.groupby(GROUP)["cell"]}
+    skipped, choices = [], {}
+    for g, cells in groups.items():
+        if len(cells) <= n:
+            skipped.append(
+                dict(
+                    verifier=g[0],
+                    hardware=g[1],
+                    n=n,
+                    reason=f"only {len(cells)} cell(s): cannot hold out {n} and keep one to fit",
+                )
+            )
+            continue
+        subsets = list(itertools.combinations(cells, n))
+        if len(subsets) <= repeats:
+            choices[g] = subsets
+        else:
+            pick = rng.choice(len(subsets), size=repeats, replace=False)
+            choices[g] = [subsets[i] for i in pick]
+    folds = []
+    if choices:
+        n_folds = max(len(c) for c in choices.values())
+        for r in range(min(repeats, n_folds)):
+            held = tuple((g[0], g[1], tuple(c[r % len(c)])) for g, c in sorted(choices.items()))
+            folds.append(Fold(n=n, repeat=r, held_out=held))
+    return folds, pd.DataFrame(skipped, columns=["verifier", "hardware", "n", "reason"])
+
+
+def heldout_scores(
+    observed: np.ndarray,
+    mu_draws: np.ndarray | None,
+    predictive_draws: np.ndarray | None = None,
+    log_lik: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Scores of predictions of held-out rows.
+
+    Parameters
+    ----------
+    observed : ndarray, shape (row,)
+        Held-out latencies.
+    mu_draws : ndarray, shape (sample, row) or (row,)
+        Posterior draws (or a point prediction) of the mean latency.
+    predictive_draws : ndarray, shape (sample, row), optional
+        Posterior-predictive draws (for coverage and PIT).
+    log_lik : ndarray, shape (sample, row), optional
+        Pointwise log density of the observations under each draw (for ELPD).
+
+    Returns
+    -------
+    dict
+        ``r2_log, r2, elpd, cov50, cov90, pit`` (``NaN``/``None`` when not computable).
+    """
+    y = np.asarray(observed, dtype=float)
+    mu = np.asarray(mu_draws, dtype=float)
+    point = mu.mean(axis=0) if mu.ndim == 2 else mu
+    out: dict[str, Any] = dict(
+        r2_log=baseline.r_squared(np.log(y), np.log(point)),
+        r2=baseline.r_squared(y, point),
+        elpd=np.nan,
+        cov50=np.nan,
+        cov90=np.nan,
+        pit=None,
+    )
+    if predictive_draws is not None:
+        pp = np.asarray(predictive_draws, dtype=float)
+        for level, name in ((0.5, "cov50"), (0.9, "cov90")):
+            lo, hi = np.quantile(pp, [(1 - level) / 2, 1 - (1 - level) / 2], axis=0)
+            out[name] = float(np.mean((y >= lo) & (y <= hi)))
+        out["pit"] = np.mean(pp <= y[None, :], axis=0)
+    if log_lik is not None:
+        ll = np.asarray(log_lik, dtype=float)
+        out["elpd"] = float(np.sum(logsumexp(ll, axis=0) - math.log(ll.shape[0])))
+    return out
+
+
+def _run_fold(args) -> list[dict]:
+    fold, data, model, sampler_config, methods = args
+    held = fold.mask(data)
+    train, test = data[~held], data[held]
+    base = dict(fold=fold.label, n=fold.n, repeat=fold.repeat, n_train=len(train), n_test=len(test))
+    rows = []
+    if "baseline" in methods:
+        t0 = time.perf_counter()
+        trends = baseline.fit_trends(baseline.fit_cycle_coefficients(train))
+        pred = baseline.predict_trends(trends, test)
+        scores = heldout_scores(test["latency"].to_numpy(), pred)
+        rows.append(
+            {
+                **base,
+                "method": "curve_fit trends",
+                **scores,
+                "coverage_rows": int(np.isfinite(pred).sum()),
+                "wall_s": time.perf_counter() - t0,
+            }
+        )
+    if "specbayes" in methods:
+        from specbayes.fit import fit
+
+        t0 = time.perf_counter()
+        result = fit(train, model=model, sampler_config=sampler_config, progress=False)
+        mu = result.mean_latency(test).values
+        pp = result.predict(test).values
+        ll = result.log_likelihood(test).values if hasattr(result, "log_likelihood") else None
+        scores = heldout_scores(test["latency"].to_numpy(), mu, pp, ll)
+        diag = result.diagnostics()
+        rows.append(
+            {
+                **base,
+                "method": f"specbayes {model}",
+                **scores,
+                "coverage_rows": len(test),
+                "wall_s": time.perf_counter() - t0,
+                "divergences": int(diag.attrs.get("divergences", 0)),
+                "max_rhat": float(diag["r_hat"].max()),
+            }
+        )
+    return rows
+
+
+@dataclass
+class LeaveNOut:
+    """Results of :func:`leave_n_out`.
+
+    Attributes
+    ----------
+    folds : pandas.DataFrame
+        One row per (fold, method) with the scores of :func:`heldout_scores`.
+    overall : pandas.DataFrame
+        Per (n, method): mean scores over folds, plus pooled coverage.
+    pit : dict
+        ``(n, method) -> array`` of pooled PIT values.
+    skipped : pandas.DataFrame
+        Groups and folds left out, with reasons.
+    """
+
+    folds: pd.DataFrame
+    overall: pd.DataFrame
+    pit: dict = field(default_factory=dict)
+    skipped: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def leave_n_out(
+    sweeps: pd.DataFrame | SweepTable,
+    model: str = "sd",
+    n: Sequence[int] | int = (1, 2, 4),
+    repeats: int = 3,
+    seed: int = 0,
+    *,
+    sampler_config: dict | None = None,
+    methods: Iterable[str] = ("specbayes", "baseline"),
+    n_jobs: int | None = None,
+) -> LeaveNOut:
+    """Hold out ``n`` cells per (verifier, hardware), fit on the rest, score the held-out rows.
+
+    Parameters
+    ----------
+    sweeps : DataFrame or SweepTable
+        Sweep rows (validated here when a raw frame is given).
+    model : {"dense", "sd", "moe"}
+        specbayes model level.
+    n : int or sequence of int
+        Cells held out per group.
+    repeats : int
+        Folds per ``n`` (random subsets, or all subsets when fewer).
+    seed : int
+        Seeds fold selection.
+    sampler_config : dict, optional
+        Passed to :func:`specbayes.fit.fit` (e.g. fewer draws for a smoke run).
+    methods : iterable of str
+        ``"specbayes"`` and/or ``"baseline"`` (the paper's curve_fit trends).
+    n_jobs : int, optional
+        Parallel fold processes (default: the number of CPU cores).
+    """
+    table = sweeps if isinstance(sweeps, SweepTable) else validate_sweeps(sweeps)
+    data = table.data.reset_index(drop=True)
+    methods = tuple(methods)
+    ns = [n] if isinstance(n, int) else list(n)
+    jobs, skipped = [], []
+    for nn in ns:
+        folds, sk = make_folds(data, nn, repeats, seed)
+        skipped.append(sk)
+        for f in folds:
+            if not f.mask(data).any():
+                skipped.append(
+                    pd.DataFrame(
+                        [
+                            dict(
+                                verifier="*",
+                                hardware="*",
+                                n=nn,
+                                reason=f"fold {f.label} holds out no rows",
+                            )
+                        ]
+                    )
+                )
+                continue
+            jobs.append((f, data, model, sampler_config, methods))
+    n_jobs = n_jobs or os.cpu_count() or 1
+    if n_jobs > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs))) as pool:
+            results = list(pool.map(_run_fold, jobs))
+    else:
+        results = [_run_fold(j) for j in jobs]
+    folds_df = pd.DataFrame([r for rs in results for r in rs])
+    pit = {}
+    overall = []
+    if not folds_df.empty:
+        for (nn, method), sub in folds_df.groupby(["n", "method"], sort=True):
+            pits = [p for p in sub["pit"] if p is not None]
+            if pits:
+                pit[(nn, method)] = np.concatenate(pits)
+            w = sub["coverage_rows"].to_numpy(float)
+            overall.append(
+                dict(
+                    n=nn,
+                    method=method,
+                    folds=len(sub),
+                    r2_log=sub.r2_log.mean(),
+                    r2=sub.r2.mean(),
+                    r2_min=sub.r2.min(),
+                    elpd_per_row=(sub.elpd.sum() / sub.n_test.sum())
+                    if sub.elpd.notna().all()
+                    else np.nan,
+                    cov50=np.average(sub.cov50, weights=w) if sub.cov50.notna().all() else np.nan,
+                    cov90=np.average(sub.cov90, weights=w) if sub.cov90.notna().all() else np.nan,
+                    wall_s=sub.wall_s.sum(),
+                )
+            )
+        folds_df = folds_df.drop(columns=["pit"])
+    skipped_df = pd.concat(skipped, ignore_index=True) if skipped else pd.DataFrame()
+    return LeaveNOut(folds=folds_df, overall=pd.DataFrame(overall), pit=pit, skipped=skipped_df)
