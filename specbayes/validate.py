@@ -157,17 +157,33 @@ def heldout_scores(
     return out
 
 
-def _run_fold(args) -> list[dict]:
+def _predictions(fold: Fold, method: str, test: pd.DataFrame, mu, pp=None) -> pd.DataFrame:
+    """Held-out rows with their point prediction and (when available) 90 % interval."""
+    mu = np.asarray(mu, dtype=float)
+    out = test[["verifier", "hardware", "cell", "k", "rps", "latency"]].assign(
+        fold=fold.label,
+        n=fold.n,
+        method=method,
+        predicted=mu.mean(axis=0) if mu.ndim == 2 else mu,
+    )
+    if pp is not None:
+        lo, hi = np.quantile(np.asarray(pp, dtype=float), [0.05, 0.95], axis=0)
+        out = out.assign(lo90=lo, hi90=hi)
+    return out
+
+
+def _run_fold(args) -> tuple[list[dict], list[pd.DataFrame]]:
     fold, data, model, sampler_config, methods = args
     held = fold.mask(data)
     train, test = data[~held], data[held]
     base = dict(fold=fold.label, n=fold.n, repeat=fold.repeat, n_train=len(train), n_test=len(test))
-    rows = []
+    rows, preds = [], []
     if "baseline" in methods:
         t0 = time.perf_counter()
         trends = baseline.fit_trends(baseline.fit_cycle_coefficients(train))
         pred = baseline.predict_trends(trends, test)
         scores = heldout_scores(test["latency"].to_numpy(), pred)
+        preds.append(_predictions(fold, "curve_fit trends", test, pred))
         rows.append(
             {
                 **base,
@@ -186,6 +202,7 @@ def _run_fold(args) -> list[dict]:
         pp = result.predict(test).values
         ll = result.log_likelihood(test).values if hasattr(result, "log_likelihood") else None
         scores = heldout_scores(test["latency"].to_numpy(), mu, pp, ll)
+        preds.append(_predictions(fold, f"specbayes {model}", test, mu, pp))
         diag = result.diagnostics()
         rows.append(
             {
@@ -198,7 +215,7 @@ def _run_fold(args) -> list[dict]:
                 "max_rhat": float(diag["r_hat"].max()),
             }
         )
-    return rows
+    return rows, preds
 
 
 @dataclass
@@ -215,10 +232,14 @@ class LeaveNOut:
         ``(n, method) -> array`` of pooled PIT values.
     skipped : pandas.DataFrame
         Groups and folds left out, with reasons.
+    predictions : pandas.DataFrame
+        Every held-out row with ``predicted`` (posterior mean) and, for specbayes,
+        ``lo90, hi90`` (predictive interval), per fold and method.
     """
 
     folds: pd.DataFrame
     overall: pd.DataFrame
+    predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
     pit: dict = field(default_factory=dict)
     skipped: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -285,7 +306,9 @@ def leave_n_out(
             results = list(pool.map(_run_fold, jobs))
     else:
         results = [_run_fold(j) for j in jobs]
-    folds_df = pd.DataFrame([r for rs in results for r in rs])
+    folds_df = pd.DataFrame([r for rs, _ in results for r in rs])
+    preds = [p for _, ps in results for p in ps]
+    predictions = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame()
     pit = {}
     overall = []
     if not folds_df.empty:
@@ -312,4 +335,10 @@ def leave_n_out(
             )
         folds_df = folds_df.drop(columns=["pit"])
     skipped_df = pd.concat(skipped, ignore_index=True) if skipped else pd.DataFrame()
-    return LeaveNOut(folds=folds_df, overall=pd.DataFrame(overall), pit=pit, skipped=skipped_df)
+    return LeaveNOut(
+        folds=folds_df,
+        overall=pd.DataFrame(overall),
+        predictions=predictions,
+        pit=pit,
+        skipped=skipped_df,
+    )
