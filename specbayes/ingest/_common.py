@@ -23,6 +23,8 @@ __all__ = [
     "Fields",
     "IngestError",
     "LoadedFile",
+    "check_number",
+    "check_row",
     "flag",
     "load_file",
 ]
@@ -178,7 +180,10 @@ def check_number(
                 raise fields.error(f"expected a number, got {value!r}", key) from None
         else:
             raise fields.error(f"expected a number, got {type(value).__name__}", key)
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:
+        out = math.inf
     if not math.isfinite(out):
         raise fields.error(f"must be finite, got {out}", key)
     if positive and out <= 0:
@@ -200,6 +205,28 @@ def _split(key: str) -> list[str | int]:
         if piece:
             parts.append(piece)
     return parts
+
+
+def check_row(row: dict, fields: Fields) -> dict:
+    """Last guard of every reader: rate and latency finite and > 0, token counts finite.
+
+    Raises
+    ------
+    IngestError
+        Naming the field the offending value came from.
+    """
+    for column, origin in (
+        ("latency", row.get("latency_source") or "latency"),
+        ("rps", "request rate"),
+        ("prefill", "prompt tokens"),
+        ("decode", "output tokens"),
+    ):
+        value = row.get(column)
+        if value is None or not math.isfinite(value) or value < 0:
+            raise fields.error(f"gives {column} = {value!r} (must be finite and >= 0)", origin)
+        if column in ("latency", "rps") and value <= 0:
+            raise fields.error(f"gives {column} = {value!r} (must be > 0)", origin)
+    return row
 
 
 def flag(row: dict, reason: str) -> None:
@@ -300,7 +327,7 @@ def _load_yaml(path: Path, text: str) -> LoadedFile:
     import yaml
 
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise IngestError(path, f"invalid or truncated YAML ({exc})".replace("\n", " ")) from None
     if not isinstance(data, dict | list):

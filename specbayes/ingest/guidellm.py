@@ -51,6 +51,7 @@ from specbayes.ingest._common import (
     RATE_TOLERANCE,
     Fields,
     IngestError,
+    check_row,
     flag,
 )
 
@@ -242,7 +243,7 @@ def benchmark_row(
     row["decode"] = metrics.num("output_token_count.successful.mean", positive=True)
 
     _saturation(b, row, kind, legacy, rate_tolerance, error_threshold)
-    return row
+    return check_row(row, b)
 
 
 def _record_latency(record: Fields) -> float:

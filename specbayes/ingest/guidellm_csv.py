@@ -145,4 +145,16 @@ def read_guidellm_csv(
         )
         row["source"] = f"{path}#{where}"
         rows.append(row)
-    return rows, {"format": "guidellm csv", "model": None}
+    return rows, {"format": "guidellm csv", "model": _model(data[0], index)}
+
+
+def _model(cells: list[str], index: dict) -> str | None:
+    col = index.get(("Run Info", "Backend", ""))
+    if col is None:
+        return None
+    try:
+        backend = json.loads(cells[col])
+    except json.JSONDecodeError:
+        return None
+    model = backend.get("model") if isinstance(backend, dict) else None
+    return model if isinstance(model, str) and model else None

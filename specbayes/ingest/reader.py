@@ -82,7 +82,12 @@ def _rows(loaded: LoadedFile, thresholds: dict) -> tuple[list[dict], dict]:
     if loaded.kind == "csv":
         if is_guidellm_csv(data):
             return read_guidellm_csv(data, path, **thresholds)
-        return _table_rows(pd.read_csv(io.StringIO(data)), path)
+        try:
+            table = pd.read_csv(io.StringIO(data))
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+            msg = str(exc).strip().replace("\n", " ")
+            raise IngestError(path, f"unreadable CSV ({msg})") from None
+        return _table_rows(table, path)
     if loaded.kind in ("json", "yaml") and isinstance(data, dict):
         if guidellm.is_guidellm(data):
             return guidellm.read_guidellm(data, path, **thresholds)
@@ -138,6 +143,37 @@ def _table_rows(df: pd.DataFrame, path: str) -> tuple[list[dict], dict]:
         )
     if df.empty:
         raise IngestError(path, "the sweep table has no rows")
+    df = df.copy()
+    for col in df.columns:
+        if col not in _NUMERIC_COLUMNS and col != "k":
+            continue
+        num = pd.to_numeric(df[col], errors="coerce")
+        text = df[col].astype(object).where(df[col].notna(), "").astype(str).str.strip()
+        bad = num.isna() & (text != "")
+        if bad.any():
+            raise IngestError(path, f"not a number in rows {_row_list(bad)}", col)
+        df[col] = num.astype(float)
+    if "k" in df:
+        k = df["k"]
+        bad = k.notna() & ~((k >= 0) & (k == np.round(k)))
+        if bad.any():
+            raise IngestError(path, f"must be an integer >= 0; rows {_row_list(bad)}", "k")
+    lat = df["latency"]
+    bad = ~(np.isfinite(lat) & (lat > 0))
+    if bad.any():
+        raise IngestError(path, f"must be finite and > 0; rows {_row_list(bad)}", "latency")
+    closed = df["concurrency"].gt(0) if "concurrency" in df else pd.Series(False, df.index)
+    fill = df["rps"].isna() & closed
+    if fill.any():
+        df.loc[fill, "rps"] = df.loc[fill, "concurrency"] / df.loc[fill, "latency"]
+    rps = df["rps"]
+    bad = ~(np.isfinite(rps) & (rps >= 0))
+    if bad.any():
+        raise IngestError(
+            path,
+            f"must be finite and >= 0 (empty only with concurrency); rows {_row_list(bad)}",
+            "rps",
+        )
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     extra = [c for c in df.columns if c not in known]
     if extra:
@@ -147,6 +183,11 @@ def _table_rows(df: pd.DataFrame, path: str) -> tuple[list[dict], dict]:
         if not (isinstance(row.get("source"), str) and row["source"]):
             row["source"] = f"{path}#row[{i}]"
     return records, {"format": "sweep table", "model": None}
+
+
+def _row_list(mask: pd.Series) -> str:
+    rows = [str(i) for i in mask.index[mask.to_numpy()]]
+    return ", ".join(rows[:10]) + (f" and {len(rows) - 10} more" if len(rows) > 10 else "")
 
 
 def detect_format(path: str | Path) -> str:
@@ -283,8 +324,12 @@ def _frame(rows: list[dict], labels: dict, info: dict, path: str) -> pd.DataFram
     for col in df.columns:
         if col in _NUMERIC_COLUMNS:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
-    df["saturated"] = df["saturated"].fillna(False).astype(bool)
-    df["saturation_reason"] = df["saturation_reason"].fillna("").astype(str)
+    sat = df["saturated"].astype(object)
+    df["saturated"] = sat.map(
+        lambda v: str(v).strip().lower() in ("true", "1", "1.0", "yes") if not _nan(v) else False
+    ).astype(bool)
+    reason = df["saturation_reason"].astype(object)
+    df["saturation_reason"] = reason.where(reason.notna(), "").astype(str)
     rest = [c for c in df.columns if c not in ROW_COLUMNS]
     return df[[*ROW_COLUMNS, *rest]].reset_index(drop=True)
 

@@ -44,6 +44,7 @@ from specbayes.ingest._common import (
     RATE_TOLERANCE,
     Fields,
     check_number,
+    check_row,
     flag,
 )
 
@@ -220,7 +221,7 @@ def read_vllm_bench(
     row["ttft"] = None if ttft is None else ttft / 1000.0
     row["itl"] = None if tpot is None else tpot / 1000.0
     _spec_decode(f, row, sglang)
-    return row
+    return check_row(row, f)
 
 
 def _latency(f: Fields, row: dict, sglang: bool) -> None:
