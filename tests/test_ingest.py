@@ -363,7 +363,7 @@ def test_ingest_files_sd_labels():
 
 
 def test_k_conflicting_with_file_is_an_error():
-    with pytest.raises(IngestError, match="k = 5 was given but"):
+    with pytest.raises(IngestError, match="k = 5 was given but the file says k = 3"):
         ingest_files([FIX / "vllm_spec_decode.json"], hardware="A", drafter="d", k=5)
 
 

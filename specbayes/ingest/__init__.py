@@ -14,6 +14,7 @@ reason listed.
 
 from specbayes.ingest._common import ERROR_THRESHOLD, RATE_TOLERANCE, ROW_COLUMNS, IngestError
 from specbayes.ingest.reader import LABELS, detect_format, ingest_files, load_sidecar, read
+from specbayes.ingest.speculators import compare_sd_dense, fit_closed_loop
 
 __all__ = [
     "ERROR_THRESHOLD",
@@ -21,7 +22,9 @@ __all__ = [
     "RATE_TOLERANCE",
     "ROW_COLUMNS",
     "IngestError",
+    "compare_sd_dense",
     "detect_format",
+    "fit_closed_loop",
     "ingest_files",
     "load_sidecar",
     "read",

@@ -293,8 +293,8 @@ def _frame(rows: list[dict], labels: dict, info: dict, path: str) -> pd.DataFram
         if "k" in labels and not _nan(file_k) and int(labels["k"]) != int(file_k):
             raise IngestError(
                 row.get("source", path),
-                f"k = {labels['k']} was given but the file's spec-decode counters say "
-                f"k = {int(file_k)}",
+                f"k = {labels['k']} was given but the file says k = {int(file_k)} "
+                "(from its spec-decode counters or its k column)",
                 "k",
             )
         for key, value in labels.items():
