@@ -1,0 +1,243 @@
+r"""Roofline step cost of one forward pass (verifier or drafter) on one GPU of a TP group.
+
+A forward pass over a set of scheduled tokens costs
+
+.. math::
+
+    t = K\!\Big(\frac{B_W}{BW}, \frac{F_\mathrm{lin}}{F}\Big)
+        + K\!\Big(\frac{B_\mathrm{KV}}{BW}, \frac{F_\mathrm{attn}}{F}\Big)
+        + n_\mathrm{ar}\,(\ell_\mathrm{ar} + T\,b_\mathrm{ar})
+        + t_\mathrm{step} + n_\mathrm{seq}\,t_\mathrm{seq},
+    \qquad K(a, b) = \max(a, b) + (1 - o)\min(a, b)
+
+per GPU of a tensor-parallel group of size ``tp``: a roofline per kernel class — the weight
+GEMMs and the attention — where
+
+* :math:`B_W` = streamed non-expert weights :math:`W/tp` + distinct experts touched × bytes
+  of one expert :math:`/tp` (MoE); :math:`F_\mathrm{lin} = 2 P_\mathrm{active} T / tp`
+  (layer GEMMs; MoE counts ``m`` experts per token) + :math:`2 h V n_\mathrm{logits}/tp`
+  (LM head, only for sampled positions);
+* :math:`B_\mathrm{KV}` = KV cache read for the context of every scheduled sequence
+  (:math:`\sum_i s_i` tokens × KV bytes per token per GPU; sliding-window layers read at most
+  the window) + KV written for the ``T`` new tokens; :math:`F_\mathrm{attn}` =
+  :math:`4 L n_q d \sum_i q_i (s_i + (q_i + 1)/2) / tp` (QKᵀ and PV over the causal pairs);
+* ``o`` (``overlap``, ASSUMPTION 0.5) is the fraction of the smaller of memory and compute
+  time hidden under the larger: ``o = 1`` is the ideal roofline max, ``o = 0`` no overlap.
+  Real steps are chains of kernels, some memory- and some compute-bound, with imperfect
+  overlap; a pure max would make extra verified tokens free until the ridge point, which
+  GPUs do not show;
+* :math:`BW_\mathrm{eff}, F_\mathrm{eff}` are the hardware peaks × the catalog's *assumed*
+  achievable fractions;
+* with ``tp > 1`` each layer does two all-reduces of :math:`T h` activations (ring:
+  :math:`2(tp-1)/tp` of the bytes over half the NVLink bandwidth, plus a fixed latency);
+* :math:`t_\mathrm{step}` (per pass) and :math:`t_\mathrm{seq}` (per scheduled sequence) are
+  CPU/launch overheads of the engine — assumptions, see :class:`EngineConfig`.
+
+The parameters live in a flat float64 vector (indices below) so the numba engine can use
+them; :func:`pass_time` is the one implementation, callable from Python and from the engine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from specbayes.catalog import Geometry, HardwareSpec
+
+__all__ = ["EngineConfig", "cost_vector", "pass_time"]
+
+# indices into the cost vector
+W_BYTES = 0  # streamed non-expert weight bytes per GPU
+EXPERT_BYTES = 1  # bytes of one expert of one layer per GPU
+KV_FULL = 2  # KV bytes per context token per GPU, full-attention layers
+KV_SW = 3  # KV bytes per context token per GPU, sliding-window layers
+WINDOW = 4  # sliding window (tokens); 0 = none
+KV_WRITE = 5  # KV bytes written per new token per GPU (all layers)
+FLOP_TOKEN = 6  # layer FLOPs per token per GPU
+FLOP_LOGIT = 7  # LM-head FLOPs per sampled position per GPU
+FLOP_PAIR = 8  # attention FLOPs per (query, key) pair per GPU
+BANDWIDTH = 9  # sustained B/s
+COMPUTE = 10  # sustained FLOP/s
+AR_FIXED = 11  # all-reduce latency per pass (s)
+AR_TOKEN = 12  # all-reduce seconds per token
+STEP_OVERHEAD = 13  # fixed seconds per pass
+SEQ_OVERHEAD = 14  # seconds per scheduled sequence
+OVERLAP = 15  # overlap of memory and compute time within a kernel class (1 = pure roofline max)
+N_COST = 16
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings of the simulated vLLM-like server (defaults are vLLM-like choices).
+
+    Attributes
+    ----------
+    max_num_seqs : int
+        Most sequences running at once (vLLM ``--max-num-seqs``, default 256).
+    max_num_batched_tokens : int
+        Token budget per step, shared by decode tokens and prefill chunks (chunked prefill;
+        vLLM V1 uses 8192 for online serving on large GPUs).
+    block_size : int
+        Tokens per KV-cache block (vLLM default 16).
+    gpu_memory_utilization : float
+        Fraction of GPU memory the engine may use (vLLM default 0.9).
+    activation_reserve_gib : float
+        Memory held back per GPU for activations and CUDA graphs (ASSUMPTION: 2 GiB).
+    step_overhead_s : float
+        Fixed CPU/launch cost of one verifier step (ASSUMPTION: 1.5 ms — scheduler,
+        input preparation and sampling of a vLLM V1 step with CUDA graphs).
+    seq_overhead_s : float
+        Extra CPU cost per scheduled sequence per step (ASSUMPTION: 10 µs).
+    draft_pass_overhead_s : float
+        Fixed cost of one drafter pass (ASSUMPTION: 0.2 ms; drafter passes are graph-captured).
+    draft_seq_overhead_s : float
+        Extra cost per decoding sequence per drafter pass (ASSUMPTION: 5 µs — input
+        preparation and draft sampling per request).
+    roofline_overlap : float
+        Overlap ``o`` of memory and compute time within a kernel class (ASSUMPTION: 0.5).
+    kv_blocks_override : int or None
+        Force the number of KV blocks (tests use it to provoke preemption).
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    activation_reserve_gib: float = 2.0
+    step_overhead_s: float = 1.5e-3
+    seq_overhead_s: float = 1.0e-5
+    draft_pass_overhead_s: float = 2.0e-4
+    draft_seq_overhead_s: float = 5.0e-6
+    roofline_overlap: float = 0.5
+    kv_blocks_override: int | None = None
+
+
+def cost_vector(
+    geom: Geometry,
+    hw: HardwareSpec,
+    tp: int,
+    *,
+    step_overhead_s: float,
+    seq_overhead_s: float,
+    overlap: float = 0.5,
+) -> np.ndarray:
+    """The flat cost vector of one network (verifier or drafter) on ``tp`` GPUs of ``hw``.
+
+    Parameters
+    ----------
+    geom : Geometry
+        Network geometry from the catalog.
+    hw : HardwareSpec
+        One GPU.
+    tp : int
+        Tensor-parallel degree: weights, FLOPs and KV heads are split ``tp`` ways.
+    step_overhead_s, seq_overhead_s : float
+        Per-pass and per-sequence overheads (s).
+    overlap : float
+        Fraction of the smaller of memory and compute time hidden under the larger.
+
+    Returns
+    -------
+    ndarray
+        Float64 vector of length ``N_COST``.
+    """
+    c = np.zeros(N_COST)
+    c[W_BYTES] = geom.streamed_params * geom.weight_bytes / tp
+    c[EXPERT_BYTES] = geom.expert_params * geom.expert_weight_bytes / tp
+    per_layer_kv = 2.0 * geom.kv_heads_per_gpu(tp) * geom.head_dim * geom.kv_bytes
+    full_layers = geom.layers - geom.sliding_layers
+    c[KV_FULL] = per_layer_kv * full_layers
+    c[KV_SW] = per_layer_kv * geom.sliding_layers
+    c[WINDOW] = float(geom.sliding_window if geom.sliding_layers else 0)
+    c[KV_WRITE] = per_layer_kv * geom.layers
+    c[FLOP_TOKEN] = 2.0 * geom.active_layer_params / tp
+    c[FLOP_LOGIT] = 2.0 * geom.lm_head_params / tp
+    c[FLOP_PAIR] = 4.0 * geom.layers * geom.q_heads * geom.head_dim / tp
+    c[BANDWIDTH] = hw.bandwidth
+    c[COMPUTE] = hw.compute
+    if tp > 1:
+        n_ar = 2.0 * geom.layers
+        ring = 2.0 * (tp - 1) / tp
+        c[AR_FIXED] = n_ar * hw.allreduce_latency_s
+        c[AR_TOKEN] = n_ar * geom.hidden * 2.0 * ring / (0.5 * hw.nvlink_bandwidth)
+    c[STEP_OVERHEAD] = step_overhead_s
+    c[SEQ_OVERHEAD] = seq_overhead_s
+    c[OVERLAP] = overlap
+    return c
+
+
+@njit(cache=True)
+def _kernel(t_mem, t_compute, overlap):
+    """Time of a kernel class: the roofline max plus the non-overlapped part of the min."""
+    return max(t_mem, t_compute) + (1.0 - overlap) * min(t_mem, t_compute)
+
+
+@njit(cache=True)
+def pass_time(c, n_tokens, n_logits, ctx_full, ctx_sw, pairs, experts, n_seqs):
+    r"""Seconds of one forward pass (see the module docstring).
+
+    Parameters
+    ----------
+    c : ndarray
+        Cost vector from :func:`cost_vector`.
+    n_tokens : float
+        Tokens processed ``T`` (decode tokens + prefill-chunk tokens).
+    n_logits : float
+        Positions whose logits are computed (sampled / verified positions).
+    ctx_full : float
+        :math:`\sum_i s_i`, context tokens whose KV is read (full-attention layers).
+    ctx_sw : float
+        :math:`\sum_i \min(s_i, w)` for sliding-window layers (0 if none).
+    pairs : float
+        Causal attention (query, key) pairs :math:`\sum_i q_i (s_i + (q_i + 1)/2)`.
+    experts : float
+        Distinct experts touched, summed over layers (0 for dense networks).
+    n_seqs : float
+        Scheduled sequences.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
+    w_bytes = c[W_BYTES] + experts * c[EXPERT_BYTES]
+    kv_bytes = ctx_full * c[KV_FULL] + ctx_sw * c[KV_SW] + n_tokens * c[KV_WRITE]
+    lin_flops = n_tokens * c[FLOP_TOKEN] + n_logits * c[FLOP_LOGIT]
+    attn_flops = pairs * c[FLOP_PAIR]
+    t = _kernel(w_bytes / c[BANDWIDTH], lin_flops / c[COMPUTE], c[OVERLAP]) + _kernel(
+        kv_bytes / c[BANDWIDTH], attn_flops / c[COMPUTE], c[OVERLAP]
+    )
+    return t + c[AR_FIXED] + c[AR_TOKEN] * n_tokens + c[STEP_OVERHEAD] + c[SEQ_OVERHEAD] * n_seqs
+
+
+def attention_pairs(context: float, new_tokens: float) -> float:
+    """Causal (query, key) pairs of ``new_tokens`` queries appended to ``context`` keys."""
+    return new_tokens * (context + (new_tokens + 1) / 2.0)
+
+
+def kv_capacity_blocks(
+    verifier: Geometry,
+    drafter: Geometry | None,
+    hw: HardwareSpec,
+    tp: int,
+    engine: EngineConfig,
+) -> tuple[int, float, float]:
+    """KV-cache blocks per GPU: (memory x utilisation - weights - reserve) / block bytes.
+
+    Returns
+    -------
+    (n_blocks, weight_gib, available_gib)
+        ``n_blocks`` may be <= 0 when the weights do not fit.
+    """
+    weights = verifier.resident_bytes / tp
+    kv_token = verifier.kv_bytes_per_token(tp)
+    if drafter is not None:
+        weights += drafter.resident_bytes / tp
+        kv_token += drafter.kv_bytes_per_token(tp)
+    budget = hw.memory_bytes * engine.gpu_memory_utilization
+    free = budget - weights - engine.activation_reserve_gib * 2.0**30
+    n_blocks = math.floor(free / (engine.block_size * kv_token)) if free > 0 else 0
+    return n_blocks, weights / 2.0**30, budget / 2.0**30

@@ -1,0 +1,376 @@
+r"""The iteration-level engine: continuous batching, chunked prefill, paged KV, SD, MoE.
+
+One call of :func:`run_engine` simulates one load point. The loop advances *step by step*
+(one engine iteration = one verifier forward pass, preceded by the drafter passes when
+speculating), compiled with numba: a step costs a few hundred nanoseconds plus a few per
+running sequence, so a point of thousands of requests runs in milliseconds. Idle gaps jump
+straight to the next arrival.
+
+Scheduler (vLLM V1-like), each step:
+
+1. **decode first** — running sequences that finished their prefill, in admission order,
+   each take ``q = k + 1`` tokens (the last token + k drafts to verify; ``q = 1`` dense) from
+   the token budget; a sequence needing a new KV block when none is free preempts the most
+   recently admitted running sequence (*recompute*: its blocks are freed and it returns to the
+   front of the waiting queue with prompt + generated tokens to prefill again);
+2. running sequences still prefilling take a chunk of the remaining budget (limited by the
+   free blocks);
+3. waiting sequences are admitted (FCFS) while there is budget, a free slot
+   (``max_num_seqs``) and KV blocks for their first chunk.
+
+A prefill that completes samples the first output token (TTFT is the end of that step);
+each decode step commits ``1`` token (dense) or ``1 + a`` tokens (SD), where ``a``, the
+accepted drafts, is drawn i.i.d.: draft ``j`` is accepted with probability ``alpha`` only if
+drafts ``1..j-1`` were (forced acceptance, as the paper forced vLLM's rejection sampler).
+
+Step time = verifier pass (:func:`costs.pass_time` over the scheduled tokens; MoE: distinct
+experts drawn from the routing table for the step's token count) + drafter: the first pass
+over the step's prefill tokens and one token per decoding sequence, then ``k - 1`` passes over
+the decoding sequences.
+
+Measurement window: open loop — requests *arriving* in ``[t_a, t_b]`` (given); closed loop —
+``t_a`` / ``t_b`` are the times of the ``n_warm``-th / ``n_end``-th completion. The running
+batch and SD acceptance are accumulated over steps inside the window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from specbayes.sim.costs import pass_time
+
+# indices of the stats vector returned by the kernel
+S_PREEMPT = 0
+S_PREEMPT_WIN = 1
+S_RUN_INT = 2
+S_WIN_A = 3
+S_WIN_B = 4
+S_STEPS = 5
+S_ACCEPTED = 6
+S_CYCLES = 7
+S_FULL = 8
+S_END = 9
+S_BUSY = 10
+N_STATS = 11
+
+
+@njit(cache=True)
+def _simulate(
+    arrival,
+    prompt,
+    output,
+    closed_n,
+    vcost,
+    dcost,
+    speculate,
+    k,
+    alpha,
+    max_seqs,
+    budget,
+    block_size,
+    n_blocks,
+    moe_table,
+    moe_full,
+    t_a,
+    t_b,
+    n_warm,
+    n_end,
+    seed,
+):
+    np.random.seed(seed)  # noqa: NPY002 (numba: per-thread legacy RNG)
+    n = arrival.shape[0]
+    arrival = arrival.copy()
+    comp = np.zeros(n, dtype=np.int64)  # tokens with KV computed
+    target = prompt.astype(np.int64).copy()  # tokens to prefill (prompt, + generated on recompute)
+    gen = np.zeros(n, dtype=np.int64)
+    blocks = np.zeros(n, dtype=np.int64)
+    first = np.full(n, -1.0)
+    finish = np.full(n, -1.0)
+    stats = np.zeros(N_STATS)
+
+    run = np.empty(max_seqs, dtype=np.int64)
+    sched = np.zeros(max_seqs, dtype=np.int64)
+    is_dec = np.zeros(max_seqs, dtype=np.bool_)
+    nr = 0
+    cap = n + 1
+    wq = np.empty(cap, dtype=np.int64)
+    wh = 0
+    wc = 0
+    free = n_blocks
+    done = 0
+    t = 0.0
+    nxt = 0  # next request to arrive (open loop) / to issue (closed loop)
+    if closed_n > 0:
+        for i in range(min(closed_n, n)):
+            arrival[i] = 0.0
+        issue_limit = min(closed_n, n)
+    else:
+        issue_limit = n
+    # measurement window [wa, wb): open loop given; closed loop set at completions
+    wa = t_a if t_a >= 0.0 else np.inf
+    wb = t_b if t_a >= 0.0 else np.inf
+    q_dec = k + 1 if speculate else 1
+    table_rows = moe_table.shape[0]
+    table_cols = moe_table.shape[1]
+    sw = vcost[4]
+
+    while done < n:
+        while nxt < issue_limit and arrival[nxt] <= t:
+            wq[(wh + wc) % cap] = nxt
+            wc += 1
+            nxt += 1
+        if nr == 0 and wc == 0:
+            t = arrival[nxt]
+            continue
+
+        left = budget
+        # --- 1. decode first -----------------------------------------------------------
+        n_dec = 0
+        ctx_dec = 0.0
+        ctx_dec_sw = 0.0
+        pairs = 0.0
+        i = 0
+        while i < nr:
+            r = run[i]
+            sched[i] = 0
+            is_dec[i] = comp[r] >= target[r]
+            if is_dec[i]:
+                if q_dec > left:
+                    i += 1
+                    continue
+                need = (comp[r] + q_dec + block_size - 1) // block_size - blocks[r]
+                if need < 0:
+                    need = 0
+                self_preempted = False
+                while need > free:
+                    v = run[nr - 1]
+                    free += blocks[v]
+                    blocks[v] = 0
+                    target[v] = prompt[v] + gen[v]
+                    comp[v] = 0
+                    wh = (wh - 1) % cap
+                    wq[wh] = v
+                    wc += 1
+                    nr -= 1
+                    stats[S_PREEMPT] += 1
+                    if wa <= t < wb:
+                        stats[S_PREEMPT_WIN] += 1
+                    if v == r:
+                        self_preempted = True
+                        break
+                if self_preempted:
+                    break
+                free -= need
+                blocks[r] += need
+                sched[i] = q_dec
+                left -= q_dec
+                n_dec += 1
+                s = comp[r]
+                ctx_dec += s
+                ctx_dec_sw += min(s, sw) if sw > 0 else 0.0
+                pairs += q_dec * (s + (q_dec + 1) / 2.0)
+            i += 1
+        # --- 2. running prefills ---------------------------------------------------------
+        tok_pre = 0
+        n_pre = 0
+        pairs_pre = 0.0
+        ctx_pre = 0.0
+        ctx_pre_sw = 0.0
+        for i in range(nr):
+            r = run[i]
+            if is_dec[i] or left <= 0:
+                continue
+            chunk = min(target[r] - comp[r], left)
+            room = (blocks[r] + free) * block_size - comp[r]
+            chunk = min(chunk, room)
+            if chunk <= 0:
+                continue
+            need = (comp[r] + chunk + block_size - 1) // block_size - blocks[r]
+            if need > 0:
+                free -= need
+                blocks[r] += need
+            sched[i] = chunk
+            left -= chunk
+            tok_pre += chunk
+            n_pre += 1
+            s = comp[r]
+            ctx_pre += s
+            ctx_pre_sw += min(s, sw) if sw > 0 else 0.0
+            pairs_pre += chunk * (s + (chunk + 1) / 2.0)
+        # --- 3. admit waiting ------------------------------------------------------------
+        while wc > 0 and nr < max_seqs and left > 0:
+            r = wq[wh]
+            chunk = min(target[r] - comp[r], left)
+            room = free * block_size
+            chunk = min(chunk, room)
+            if chunk <= 0:
+                break
+            need = (chunk + block_size - 1) // block_size
+            wh = (wh + 1) % cap
+            wc -= 1
+            free -= need
+            blocks[r] = need
+            run[nr] = r
+            sched[nr] = chunk
+            is_dec[nr] = False
+            nr += 1
+            left -= chunk
+            tok_pre += chunk
+            n_pre += 1
+            pairs_pre += chunk * (chunk + 1) / 2.0
+        if n_dec + n_pre == 0:
+            # nothing fits (cannot happen when one request fits the cache); avoid a hang
+            t = arrival[nxt] if nxt < issue_limit else t + 1e-3
+            continue
+
+        # --- cost ------------------------------------------------------------------------
+        n_tok = n_dec * q_dec + tok_pre
+        experts = 0.0
+        if table_rows > 1:
+            if n_tok < table_rows:
+                experts = moe_table[n_tok, np.random.randint(0, table_cols)]  # noqa: NPY002 (numba: per-thread legacy RNG)
+            else:
+                experts = moe_full
+        dt = pass_time(
+            vcost,
+            float(n_tok),
+            float(n_dec * q_dec + n_pre),
+            ctx_dec + ctx_pre,
+            ctx_dec_sw + ctx_pre_sw,
+            pairs + pairs_pre,
+            experts,
+            float(n_dec + n_pre),
+        )
+        if speculate:
+            ctx_d = ctx_dec + ctx_pre
+            d_pairs = ctx_dec + n_dec + pairs_pre
+            dt += pass_time(
+                dcost, float(n_dec + tok_pre), float(n_dec), ctx_d, 0.0, d_pairs, 0.0, float(n_dec)
+            )
+            if n_dec > 0 and k > 1:
+                dt += (k - 1) * pass_time(
+                    dcost,
+                    float(n_dec),
+                    float(n_dec),
+                    ctx_dec,
+                    0.0,
+                    ctx_dec + n_dec,
+                    0.0,
+                    float(n_dec),
+                )
+        t0 = t
+        t += dt
+        stats[S_STEPS] += 1
+        stats[S_BUSY] += dt
+        overlap = min(t, wb) - max(t0, wa)
+        in_window = overlap > 0.0
+        if in_window:
+            stats[S_RUN_INT] += overlap * nr
+
+        # --- apply -----------------------------------------------------------------------
+        kept = 0
+        for i in range(nr):
+            r = run[i]
+            q = sched[i]
+            finished = False
+            if q > 0:
+                if is_dec[i]:
+                    commit = 1
+                    if speculate:
+                        a = 0
+                        while a < k and np.random.random() < alpha:  # noqa: NPY002 (numba: per-thread legacy RNG)
+                            a += 1
+                        if in_window:
+                            stats[S_ACCEPTED] += a
+                            stats[S_CYCLES] += 1
+                            if a == k:
+                                stats[S_FULL] += 1
+                        commit = a + 1
+                    commit = min(commit, output[r] - gen[r])
+                    gen[r] += commit
+                    comp[r] += commit
+                else:
+                    comp[r] += q
+                    if comp[r] >= target[r]:
+                        gen[r] += 1
+                        if first[r] < 0.0:
+                            first[r] = t
+                if gen[r] >= output[r]:
+                    finished = True
+            if finished:
+                finish[r] = t
+                free += blocks[r]
+                blocks[r] = 0
+                done += 1
+                if closed_n > 0:
+                    if issue_limit < n:
+                        arrival[issue_limit] = t
+                        issue_limit += 1
+                    if done == n_warm:
+                        wa = t
+                    if done == n_end:
+                        wb = t
+            else:
+                run[kept] = r
+                kept += 1
+        nr = kept
+    stats[S_WIN_A] = wa
+    stats[S_WIN_B] = wb
+    stats[S_END] = t
+    return arrival, first, finish, stats
+
+
+def run_engine(
+    arrival: np.ndarray,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    *,
+    closed_n: int,
+    vcost: np.ndarray,
+    dcost: np.ndarray,
+    speculate: bool,
+    k: int,
+    alpha: float,
+    max_seqs: int,
+    budget: int,
+    block_size: int,
+    n_blocks: int,
+    moe_table: np.ndarray,
+    moe_full: float,
+    window: tuple[float, float] | None,
+    n_warm: int,
+    n_end: int,
+    seed: int,
+):
+    """Run the compiled engine; see the module docstring for the mechanism.
+
+    Returns
+    -------
+    (arrival, first_token, finish, stats)
+        Per-request arrival (closed loop: issue time), first-token and finish times (s), and
+        the stats vector (``S_*`` indices).
+    """
+    t_a, t_b = window if window is not None else (-1.0, -1.0)
+    return _simulate(
+        np.ascontiguousarray(arrival, dtype=np.float64),
+        np.ascontiguousarray(prompt, dtype=np.int64),
+        np.ascontiguousarray(output, dtype=np.int64),
+        int(closed_n),
+        vcost,
+        dcost,
+        bool(speculate),
+        int(k),
+        float(alpha),
+        int(max_seqs),
+        int(budget),
+        int(block_size),
+        int(n_blocks),
+        moe_table,
+        float(moe_full),
+        float(t_a),
+        float(t_b),
+        int(n_warm),
+        int(n_end),
+        int(seed),
+    )
