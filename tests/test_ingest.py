@@ -413,3 +413,23 @@ def test_every_row_has_positive_finite_latency():
         lat = df.latency.to_numpy(float)
         assert np.all(np.isfinite(lat)) and np.all(lat > 0), path
         assert all(math.isfinite(x) and x > 0 for x in df.rps.dropna()), path
+
+
+def test_parquet_sweep_table_roundtrip(tmp_path):
+    df = ingest_files([FIX / "sweep_table.csv"])
+    df.to_parquet(tmp_path / "s.parquet", index=False)
+    again = ingest_files([tmp_path / "s.parquet"])
+    assert again.attrs["files"][0][1] == "sweep table"
+    np.testing.assert_allclose(again.latency, df.latency)
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1garbage")
+    with pytest.raises(IngestError, match="unreadable parquet"):
+        read(tmp_path / "bad.parquet")
+
+
+def test_vllm_error_list_must_match_completed(tmp_path):
+    doc = load("vllm_detailed.json")
+    doc["errors"] = ["", "", ""]
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(IngestError, match="'errors': mark 3 requests successful"):
+        read(path)

@@ -78,7 +78,11 @@ _NUMERIC_COLUMNS = {c for c in ROW_COLUMNS if c not in _TEXT_COLUMNS} - {"k"}
 def _rows(loaded: LoadedFile, thresholds: dict) -> tuple[list[dict], dict]:
     path, data = loaded.path, loaded.data
     if loaded.kind == "parquet":
-        return _table_rows(pd.read_parquet(path), path)
+        try:
+            table = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises its own types for corrupt files
+            raise IngestError(path, f"unreadable parquet file ({exc})") from None
+        return _table_rows(table, path)
     if loaded.kind == "csv":
         if is_guidellm_csv(data):
             return read_guidellm_csv(data, path, **thresholds)

@@ -230,6 +230,11 @@ def _latency(f: Fields, row: dict, sglang: bool) -> None:
     p99 = "p99_e2e_latency_ms" if sglang else "p99_e2el_ms"
     detail = _per_request(f)
     exact = detail["latencies"] if detail else None
+    if exact is not None and len(exact) != row["n_requests"]:
+        raise f.error(
+            f"mark {len(exact)} requests successful but completed = {row['n_requests']:g}",
+            "errors",
+        )
     mean = f.num(e2e, None, positive=True)
     if mean is not None:
         mean /= 1000.0
