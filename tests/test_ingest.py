@@ -433,3 +433,18 @@ def test_vllm_error_list_must_match_completed(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(IngestError, match="'errors': mark 3 requests successful"):
         read(path)
+
+
+def test_default_cell_per_benchmark_file_but_not_for_tables(tmp_path):
+    doc = load("guidellm_v1.json")
+    doc["benchmarks"][1]["metrics"]["prompt_token_count"]["successful"]["mean"] = 103.0
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(doc))
+    assert set(read(path).cell) == {"100x20"}  # one workload: the file's median lengths
+    table = tmp_path / "t.csv"
+    table.write_text(
+        "verifier,hardware,prefill,decode,k,rps,latency\nm,H,128,64,0,1,1.0\nm,H,512,64,0,1,2.0\n"
+    )
+    df = read(table)
+    assert df.cell.isna().all()
+    assert validate_sweeps(df.assign(hardware="H")).data.cell.tolist() == ["128x64", "512x64"]

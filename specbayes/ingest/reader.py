@@ -320,8 +320,10 @@ def _frame(rows: list[dict], labels: dict, info: dict, path: str) -> pd.DataFram
     for col in ROW_COLUMNS:
         if col not in df.columns:
             df[col] = np.nan
-    if "cell" in df and df["cell"].isna().any():
-        # one workload per file unless told otherwise: label by the file's median lengths
+    if info.get("format") != "sweep table" and df["cell"].isna().any():
+        # one workload per benchmark file unless told otherwise: label it by the file's
+        # median lengths (real prompts vary a little from point to point). Sweep tables keep
+        # their own cells, or get validate_sweeps' per-row default.
         p = int(np.rint(df["prefill"].astype(float).median()))
         g = int(np.rint(df["decode"].astype(float).median()))
         df["cell"] = df["cell"].astype(object).where(df["cell"].notna(), f"{p}x{g}")
