@@ -110,6 +110,8 @@ def _model_name(doc: dict, generation: str) -> str | None:
     top = Fields(doc, "")
     for key in (
         "config.spec.backend.model",  # v2 (0.8)
+        "config.backend.model",  # v2 (0.7 scenario)
+        "config.model",
         "args.model",  # 0.4 – 0.6
         "benchmarks[0].config.backend.model",
         "benchmarks[0].worker.backend_model",  # legacy
