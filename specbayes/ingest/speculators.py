@@ -126,7 +126,7 @@ def convert_speculators(path: str | Path = DEFAULT_SOURCE) -> pd.DataFrame:
         rps = float(values["completed_request_rate_rps"])
         active = float(values["mean_active_concurrency"])
         row = {
-            "verifier": str(first["model"]),
+            "verifier": str(first["model"]).split("/")[-1],  # catalog style: Qwen3.8-27B
             "drafter": drafter,
             "hardware": str(first["gpu"]),
             "cell": cell,
