@@ -14,7 +14,6 @@ reason listed.
 
 from specbayes.ingest._common import ERROR_THRESHOLD, RATE_TOLERANCE, ROW_COLUMNS, IngestError
 from specbayes.ingest.reader import LABELS, detect_format, ingest_files, load_sidecar, read
-from specbayes.ingest.speculators import compare_sd_dense, fit_closed_loop
 
 __all__ = [
     "ERROR_THRESHOLD",
@@ -29,3 +28,12 @@ __all__ = [
     "load_sidecar",
     "read",
 ]
+
+
+def __getattr__(name: str):
+    # lazy, so ``python -m specbayes.ingest.speculators`` runs without a double import
+    if name in ("compare_sd_dense", "fit_closed_loop"):
+        from specbayes.ingest import speculators
+
+        return getattr(speculators, name)
+    raise AttributeError(f"module 'specbayes.ingest' has no attribute {name!r}")
