@@ -1,0 +1,91 @@
+"""``specbayes fit DATA --model {dense,sd,moe} --out FIT.nc``: fit and print sampler health."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``fit`` subcommand."""
+    p = subparsers.add_parser(
+        "fit",
+        help="fit a latency model to sweep data and save the posterior (netCDF)",
+        description="Fit the dense / sd / moe latency model to a sweep table (CSV or parquet) "
+        "and print the sampler diagnostics: divergences, max R-hat, min bulk/tail ESS, "
+        "wall time.",
+    )
+    p.add_argument("data", help="sweep table (CSV, CSV.gz or parquet)")
+    p.add_argument("--model", choices=("dense", "sd", "moe"), default="sd")
+    p.add_argument("--out", required=True, help="output file (netCDF, e.g. fit.nc)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 1 when a health threshold fails "
+        "(divergences > 0, R-hat > 1.01, bulk ESS < 400)",
+    )
+    p.add_argument("--chains", type=int, default=None)
+    p.add_argument("--draws", type=int, default=None)
+    p.add_argument("--tune", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--cores", type=int, default=None)
+    p.add_argument("--sampler", choices=("nutpie", "pymc", "numpyro"), default=None)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def format_summary(summary: dict) -> str:
+    """The diagnostics table printed by the command."""
+    from specbayes.fit import THRESHOLDS
+
+    lines = [
+        f"model {summary['model']}: {summary['rows']} rows fitted, "
+        f"{summary['excluded']} excluded"
+        + (" (alpha inferred)" if summary.get("alpha_inferred") else ""),
+        f"{'check':<16}{'value':>12}  {'threshold':>10}  ok",
+    ]
+    checks = [
+        (
+            "divergences",
+            summary["divergences"],
+            f"<= {THRESHOLDS['divergences']:g}",
+            summary["divergences"] <= THRESHOLDS["divergences"],
+        ),
+        (
+            "max R-hat",
+            summary["max_r_hat"],
+            f"<= {THRESHOLDS['r_hat']:g}",
+            summary["max_r_hat"] <= THRESHOLDS["r_hat"],
+        ),
+        (
+            "min bulk ESS",
+            summary["min_ess_bulk"],
+            f">= {THRESHOLDS['ess_bulk']:g}",
+            summary["min_ess_bulk"] >= THRESHOLDS["ess_bulk"],
+        ),
+        ("min tail ESS", summary["min_ess_tail"], "", True),
+        ("wall time (s)", summary["wall_s"], "", True),
+    ]
+    for name, value, thr, ok in checks:
+        lines.append(f"{name:<16}{value:>12.4g}  {thr:>10}  {'yes' if ok else 'NO'}")
+    lines.append("healthy" if summary["healthy"] else "NOT healthy")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specbayes.data import read_sweeps
+    from specbayes.fit import fit
+
+    df = read_sweeps(args.data)
+    config = {
+        key: getattr(args, key)
+        for key in ("chains", "draws", "tune", "seed", "cores", "sampler")
+        if getattr(args, key) is not None
+    }
+    result = fit(df, model=args.model, sampler_config=config, progress=not args.quiet)
+    path = result.save(args.out)
+    summary = result.summary()
+    print(format_summary(summary))
+    print(f"wrote {path}")
+    if args.strict and not summary["healthy"]:
+        return 1
+    return 0

@@ -1,0 +1,822 @@
+r"""Fitting the latency models: sampling, the :class:`Fit` object, save and load.
+
+>>> from specbayes.fit import fit, load_fit
+>>> f = fit(sweeps, model="sd")                      # doctest: +SKIP
+>>> f.healthy, f.diagnostics().head()                # doctest: +SKIP
+>>> draws = f.predict(new_rows)                      # (sample, row) latency draws  # doctest: +SKIP
+
+Sampling
+--------
+``sampler_config`` is one dict (defaults :data:`SAMPLER_DEFAULTS`): ``sampler`` is
+``"nutpie"`` (default; the fast path on CPU), ``"pymc"`` (PyMC's NUTS) or ``"numpyro"``
+(needs JAX and NumPyro installed; an ImportError-style ``ValueError`` otherwise). One
+``seed`` feeds the sampler, the posterior predictive draws and the prior draws used for
+unseen cells. Every chain starts at the deterministic least-squares point of
+:func:`specbayes.model.least_squares_reference` (``z = 0``, inside the feasible region
+:math:`\lambda C_2 < 1`), plus the samplers' standard jitter of ±1 in the *whitened*
+coordinates (one posterior standard deviation) so that chains start apart.
+
+Health
+------
+:attr:`Fit.healthy` holds when there are no divergences, every R-hat ≤ 1.01 and every bulk
+ESS ≥ 400 over the coefficients (``log_coef``, ``log_coef_draft``, latent ``alpha``) and all
+hyper-parameters (:data:`THRESHOLDS`).
+
+Pointwise groups
+----------------
+``log_likelihood`` and ``posterior_predictive`` hold one value per row and draw; to keep the
+artefact small, when rows × draws exceeds ``sampler_config["pointwise_max"]`` (default
+4e6) they are computed on an evenly thinned subset of the draws (all chains kept). Both are
+computed with the same NumPy forward model as :meth:`Fit.mean_latency` (which calls
+:mod:`specbayes.laws`), so they agree with prediction exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from specbayes import __version__
+from specbayes.data import SweepTable, cell_label, validate_sweeps
+from specbayes.model import (
+    DRAFT_COEFS,
+    TREND,
+    Design,
+    LatencyModel,
+    _trend_value,
+    build_design,
+    forward_numpy,
+    merge_priors,
+)
+
+__all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "Fit", "fit", "load_fit"]
+
+#: Default sampler settings; ``fit(sampler_config=...)`` overrides them key by key.
+SAMPLER_DEFAULTS: dict[str, Any] = {
+    "sampler": "nutpie",
+    "chains": 4,
+    "draws": 1000,
+    "tune": 1000,
+    "cores": None,  # None: min(chains, CPUs)
+    "seed": 20260,
+    "low_rank": True,  # nutpie's low-rank modified mass matrix
+    "target_accept": 0.95,
+    "pointwise_max": 4_000_000,
+}
+
+#: Health thresholds (DESIGN §2): divergences, R-hat and bulk ESS over reported quantities.
+THRESHOLDS: dict[str, float] = {"divergences": 0, "r_hat": 1.01, "ess_bulk": 400}
+
+#: Posterior variables checked for health (hyper-parameters and coefficients), when present.
+HEALTH_VARS = (
+    "mu",
+    "trend_slope",
+    "tau",
+    "verifier_effect",
+    "verifier_effect_scale",
+    "hardware_effect",
+    "hardware_effect_scale",
+    "drafter_effect",
+    "drafter_effect_scale",
+    "size_slope",
+    "drafter_size_slope",
+    "sigma0",
+    "gamma",
+    "log_coef",
+    "log_coef_draft",
+    "alpha",
+)
+
+
+def _merge_config(config: dict | None) -> dict:
+    out = dict(SAMPLER_DEFAULTS)
+    for key, value in (config or {}).items():
+        if key not in out:
+            raise ValueError(f"unknown sampler_config key {key!r}; known: {sorted(out)}")
+        out[key] = value
+    if out["sampler"] not in ("nutpie", "pymc", "numpyro"):
+        raise ValueError("sampler must be 'nutpie', 'pymc' or 'numpyro'")
+    return out
+
+
+def _prepare(sweeps: pd.DataFrame | SweepTable, model: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Validated rows to fit and the excluded rows (with ``reason``)."""
+    if isinstance(sweeps, SweepTable):
+        table = sweeps
+    elif isinstance(sweeps, pd.DataFrame):
+        if len(sweeps) == 0:
+            raise ValueError("the sweep table is empty: nothing to fit")
+        table = validate_sweeps(sweeps, allow_unknown_alpha=model != "dense")
+    else:
+        raise TypeError("sweeps must be a pandas DataFrame or a SweepTable")
+    data, excluded = table.data.copy(), table.excluded.copy()
+    if "reason" not in excluded:
+        excluded["reason"] = pd.Series(dtype=object)
+    if model == "dense":
+        spec = data["k"] > 0
+        if spec.any():
+            excluded = pd.concat(
+                [excluded, data[spec].assign(reason="k > 0: not fitted by the dense model")]
+            )
+            data = data[~spec]
+    if len(data) == 0:
+        if len(excluded):
+            reasons = excluded["reason"].astype(str).value_counts().head(5).to_dict()
+            raise ValueError(
+                f"all {len(excluded)} rows were excluded before fitting (reasons: {reasons}); "
+                "nothing left to fit"
+            )
+        raise ValueError("the sweep table is empty: nothing to fit")
+    return data, excluded
+
+
+def _sample(lm: LatencyModel, cfg: dict, progress: bool):
+    import os
+
+    model = lm.model
+    init = lm.initial_point()
+    cores = cfg["cores"] or min(cfg["chains"], os.cpu_count() or 1)
+    if cfg["sampler"] == "nutpie":
+        import nutpie
+
+        compiled = nutpie.compile_pymc_model(
+            model, initial_points=init, jitter_rvs=set(model.free_RVs)
+        )
+        return nutpie.sample(
+            compiled,
+            draws=cfg["draws"],
+            tune=cfg["tune"],
+            chains=cfg["chains"],
+            cores=cores,
+            seed=cfg["seed"],
+            progress_bar=progress,
+            save_warmup=False,
+            low_rank_modified_mass_matrix=bool(cfg["low_rank"]),
+            target_accept=cfg["target_accept"],
+        )
+    import pymc as pm
+
+    kwargs: dict[str, Any] = {}
+    if cfg["sampler"] == "numpyro":
+        try:
+            import jax  # noqa: F401
+            import numpyro  # noqa: F401
+        except ImportError as exc:
+            raise ValueError(
+                "sampler 'numpyro' needs the optional packages jax and numpyro "
+                "(pip install numpyro); use sampler='nutpie' or 'pymc'"
+            ) from exc
+        kwargs["nuts_sampler"] = "numpyro"
+    else:
+        kwargs["init"] = "adapt_diag"
+    with model:
+        return pm.sample(
+            draws=cfg["draws"],
+            tune=cfg["tune"],
+            chains=cfg["chains"],
+            cores=cores,
+            random_seed=cfg["seed"],
+            initvals=init,
+            progressbar=progress,
+            target_accept=cfg["target_accept"],
+            compute_convergence_checks=False,
+            **kwargs,
+        )
+
+
+def fit(
+    sweeps: pd.DataFrame | SweepTable,
+    model: str = "sd",
+    sampler_config: dict | None = None,
+    priors: dict | None = None,
+    progress: bool = True,
+) -> Fit:
+    """Fit a latency model to sweep data.
+
+    Parameters
+    ----------
+    sweeps : DataFrame or SweepTable
+        Raw rows (validated here, with ``allow_unknown_alpha`` for ``sd``/``moe``) or an
+        already validated table.
+    model : {'dense', 'sd', 'moe'}
+    sampler_config : dict, optional
+        Overrides of :data:`SAMPLER_DEFAULTS`.
+    priors : dict, optional
+        Overrides of :data:`specbayes.model.DEFAULT_PRIORS`.
+    progress : bool
+        Show the sampler's progress bar.
+
+    Returns
+    -------
+    Fit
+
+    Raises
+    ------
+    ValueError
+        Empty table, all rows excluded (saturated), one load level per configuration,
+        unknown model or sampler.
+    """
+    cfg = _merge_config(sampler_config)
+    data, excluded = _prepare(sweeps, model)
+    design = build_design(data, model)
+    t0 = time.perf_counter()
+    lm = LatencyModel(design, priors)
+    t_build = time.perf_counter() - t0
+    idata = _sample(lm, cfg, progress)
+    wall = time.perf_counter() - t0
+    for group in [g for g in idata.groups() if g.startswith("warmup")]:
+        del idata[group]
+    idata.posterior.attrs = {}
+    config = {
+        "sampler_config": cfg,
+        "priors": lm.priors,
+        "structure": lm.structure,
+        "build_s": t_build,
+        "wall_s": wall,
+    }
+    f = Fit(idata, design, excluded=excluded, config=config, latent=lm)
+    f._attach_groups()
+    return f
+
+
+class Fit:
+    """A fitted latency model: the posterior and everything needed to predict from it.
+
+    Attributes
+    ----------
+    idata : arviz.InferenceData
+        ``posterior``, ``posterior_predictive``, ``log_likelihood``, ``observed_data``,
+        ``constant_data`` (the fitted rows), ``excluded_data`` (rows left out, with
+        ``reason``), ``sample_stats``; attrs ``model``, ``config`` (JSON), ``specbayes_version``,
+        ``alpha_inferred``.
+    model_name : str
+    data, excluded : DataFrame
+    """
+
+    def __init__(
+        self,
+        idata,
+        design: Design,
+        *,
+        excluded: pd.DataFrame,
+        config: dict,
+        latent: LatencyModel | None = None,
+    ) -> None:
+        self.idata = idata
+        self.design = design
+        self.model_name = design.model_name
+        self.data = design.data
+        self.excluded = excluded
+        self.config = config
+        self._latent = latent
+        self._stacked = None
+
+    # -- construction helpers ---------------------------------------------------------------
+    @property
+    def latency_model(self) -> LatencyModel:
+        """The :class:`LatencyModel` (rebuilt from code on first use after loading)."""
+        if self._latent is None:
+            self._latent = LatencyModel(self.design, self.config.get("priors"))
+        return self._latent
+
+    @property
+    def model(self):
+        """The ``pm.Model``."""
+        return self.latency_model.model
+
+    @property
+    def alpha_inferred(self) -> bool:
+        """True when some alpha was latent (inferred from the latencies)."""
+        return self.design.latent_alpha
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["sampler_config"]["seed"])
+
+    def _post(self) -> xr.Dataset:
+        if self._stacked is None:
+            post = self.idata.posterior
+            self._stacked = post.stack(sample=("chain", "draw")).transpose("sample", ...)
+        return self._stacked
+
+    def _attach_groups(self) -> None:
+        """Add observed/constant data, excluded rows, log-likelihood and predictive groups."""
+        import arviz as az
+
+        d = self.design
+        n_obs = len(d.data)
+        post = self.idata.posterior
+        nchain, ndraw = post.sizes["chain"], post.sizes["draw"]
+        cfg = self.config["sampler_config"]
+        step = max(1, int(np.ceil(nchain * ndraw * n_obs / cfg["pointwise_max"])))
+        draws_sel = np.arange(0, ndraw, step)
+        sub = post.isel(draw=draws_sel)
+        stacked = sub.stack(sample=("chain", "draw")).transpose("sample", ...)
+        mu, sigma = self._fitted_mu_sigma(stacked)
+        y = d.rows["latency"]
+        with np.errstate(all="ignore"):
+            logy = np.log(y)
+            ll = (
+                -0.5 * ((logy - np.log(mu)) / sigma) ** 2
+                - np.log(sigma)
+                - 0.5 * np.log(2 * np.pi)
+                - logy
+            )
+        rng = np.random.default_rng([self.seed, 1])
+        pp = mu * np.exp(sigma * rng.standard_normal(mu.shape))
+        shape = (nchain, len(draws_sel), n_obs)
+        coords = {"chain": sub.chain.values, "draw": sub.draw.values, "obs": np.arange(n_obs)}
+        ll_ds = xr.Dataset(
+            {"latency": (("chain", "draw", "obs"), ll.reshape(shape))}, coords=coords
+        )
+        pp_ds = xr.Dataset(
+            {"latency": (("chain", "draw", "obs"), pp.reshape(shape))}, coords=coords
+        )
+        obs_ds = xr.Dataset({"latency": ("obs", y)}, coords={"obs": np.arange(n_obs)})
+        groups = {
+            "log_likelihood": ll_ds,
+            "posterior_predictive": pp_ds,
+            "observed_data": obs_ds,
+            "constant_data": _frame_to_dataset(d.data, "obs"),
+            "excluded_data": _frame_to_dataset(self.excluded, "excluded_row"),
+        }
+        for name in groups:
+            if name in self.idata.groups():
+                del self.idata[name]
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # 'excluded_data' is a custom group
+            self.idata.add_groups(groups)
+        self.idata.attrs.update(
+            {
+                "model": self.model_name,
+                "config": json.dumps(self.config, default=_json_default),
+                "specbayes_version": __version__,
+                "alpha_inferred": int(self.alpha_inferred),
+            }
+        )
+        del az
+
+    # -- coefficients -----------------------------------------------------------------------
+    def _fitted_mu_sigma(self, stacked: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
+        """(sample, obs) mean latency and noise sd for the fitted rows, from stacked draws."""
+        d = self.design
+        r = d.rows
+        th = stacked["log_coef"].values  # (S, unit, base_coef)
+        coef = {c: np.exp(th[:, r["unit"], j]) for j, c in enumerate(d.base_coefs)}
+        coef["c1p"] = coef["c1p"] * r["a_p"]
+        coef["c2p"] = coef["c2p"] * r["a_p"]
+        if d.draft_coefs and "log_coef_draft" in stacked:
+            thd = stacked["log_coef_draft"].values
+            has = r["dunit"] >= 0
+            du = np.maximum(r["dunit"], 0)
+            for j, c in enumerate(d.draft_coefs):
+                coef[c] = np.where(has, np.exp(thd[:, du, j]), 0.0)
+        alpha = np.broadcast_to(r["alpha"], (th.shape[0], len(r["alpha"]))).copy()
+        if d.latent_alpha:
+            has = r["akey"] >= 0
+            alpha[:, has] = stacked["alpha"].values[:, r["akey"][has]]
+        mu, x = forward_numpy(coef, r, alpha, moe=self.model_name == "moe")
+        sigma = self._sigma(stacked["sigma0"].values, stacked["gamma"].values, x)
+        return mu, sigma
+
+    @staticmethod
+    def _sigma(sigma0: np.ndarray, gamma: np.ndarray, x: np.ndarray) -> np.ndarray:
+        headroom = np.clip(1.0 - np.nan_to_num(x, nan=1.0), 1e-12, 1.0)
+        return sigma0[:, None] * np.exp(-gamma[:, None] * np.log(headroom))
+
+    def _normalise_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        d = self.design
+        if not isinstance(rows, pd.DataFrame) or len(rows) == 0:
+            raise ValueError("rows must be a non-empty DataFrame")
+        missing = [c for c in ("verifier", "hardware", "prefill", "decode") if c not in rows]
+        if missing:
+            raise ValueError(f"rows lack required column(s) {missing}")
+        rows = rows.reset_index(drop=True).copy()
+        unknown = sorted(set(rows["verifier"].astype(str)) - set(d.verifiers))
+        if unknown:
+            raise ValueError(
+                f"unknown verifier(s) {unknown}: this fit knows {d.verifiers}; a verifier the "
+                "model never saw has no coefficients to predict from"
+            )
+        unknown_h = sorted(set(rows["hardware"].astype(str)) - set(d.hardware))
+        if unknown_h:
+            raise ValueError(f"unknown hardware {unknown_h}: this fit knows {d.hardware}")
+        if "k" not in rows:
+            rows["k"] = 0
+        if "drafter" not in rows:
+            rows["drafter"] = np.nan
+        rows["drafter"] = rows["drafter"].astype(object)
+        rows.loc[rows["k"] == 0, "drafter"] = "none"
+        if rows["drafter"].isna().any():
+            if len(d.drafters) == 1:
+                rows["drafter"] = rows["drafter"].fillna(d.drafters[0])
+            else:
+                raise ValueError(f"rows with k > 0 need a drafter (one of {d.drafters})")
+        spec = rows["k"] > 0
+        if spec.any() and not d.draft_coefs:
+            raise ValueError("the dense model predicts k = 0 rows only")
+        unknown_d = sorted(set(rows.loc[spec, "drafter"].astype(str)) - set(d.drafters))
+        if unknown_d:
+            raise ValueError(f"unknown drafter(s) {unknown_d}: this fit knows {d.drafters}")
+        if "cell" not in rows or rows["cell"].isna().any():
+            labels = cell_label(rows["prefill"], rows["decode"])
+            if "cell" in rows:
+                rows["cell"] = rows["cell"].where(rows["cell"].notna(), labels)
+            else:
+                rows["cell"] = labels
+        for c in ("verifier", "hardware", "drafter", "cell"):
+            rows[c] = rows[c].astype(str)
+        return rows
+
+    def _hyper_loc(self, post, coef: str, table: pd.DataFrame) -> np.ndarray:
+        """Prior location draws (sample, n) of a coefficient for units described by ``table``."""
+        d, s = self.design, self.config["structure"]
+        pr = merge_priors(self.config.get("priors"))
+        coefs = list(d.coefs)
+        loc = post["mu"].values[:, coefs.index(coef)][:, None] * np.ones((1, len(table)))
+        hw = [d.hardware.index(h) for h in table["hardware"]]
+        if s["hardware_effect"]:
+            loc = loc + post["hardware_effect"].sel(coef=coef).values[:, hw]
+        if coef in DRAFT_COEFS:
+            if s["drafter_effect"]:
+                dd = [d.drafters.index(x) for x in table["drafter"]]
+                loc = loc + post["drafter_effect"].sel(draft_coef=coef).values[:, dd]
+            if s["drafter_size"]:
+                ds = np.log(d.drafter_size)
+                dd = [d.drafters.index(x) for x in table["drafter"]]
+                loc = loc + post["drafter_size_slope"].sel(draft_coef=coef).values[:, None] * (
+                    ds[dd] - ds.mean()
+                )
+        else:
+            vv = [d.verifiers.index(v) for v in table["verifier"]]
+            if s["verifier_effect"]:
+                loc = loc + post["verifier_effect"].sel(base_coef=coef).values[:, vv]
+            if s["verifier_size"]:
+                ls = np.log(d.verifier_size)
+                loc = loc + post["size_slope"].sel(base_coef=coef).values[:, None] * (
+                    ls[vv] - ls.mean()
+                )
+        kind = TREND[coef]
+        if kind is not None:
+            t = _trend_value(kind, table["p"].to_numpy(), table["g"].to_numpy())
+            t = t - d.trend_center[kind]
+            if coef in s["free_slopes"]:
+                slope = post["trend_slope"].sel(slope_coef=coef).values[:, None]
+            else:
+                slope = pr["trend_slope"].get(coef, (0.0, 0.0))[0]
+            loc = loc + slope * t[None, :]
+        return loc
+
+    def _tau(self, post, coef: str, n: int) -> np.ndarray:
+        s = self.config["structure"]
+        if coef in s["learned_tau"]:
+            return post["tau"].sel(tau_coef=coef).values
+        return np.full(n, float(merge_priors(self.config.get("priors"))["cell_sd"]))
+
+    def _unit_draws(self, rows: pd.DataFrame) -> dict[str, np.ndarray]:
+        """Log-coefficient draws (sample, row) for each coefficient, unseen units drawn anew."""
+        d = self.design
+        post = self._post()
+        n_s = post.sizes["sample"]
+        out: dict[str, np.ndarray] = {}
+        rng = np.random.default_rng([self.seed, 2])
+        # verifier units
+        keys = ["verifier", "hardware", "cell"]
+        ukey = pd.MultiIndex.from_frame(d.units[keys])
+        uidx = ukey.get_indexer(pd.MultiIndex.from_frame(rows[keys]))
+        th = post["log_coef"].values
+        unseen = rows.loc[uidx < 0, keys].drop_duplicates().reset_index(drop=True)
+        if len(unseen):
+            grp = rows.loc[uidx < 0].groupby(keys, sort=False)
+            stats = grp.agg(p=("prefill", "mean"), g=("decode", "mean")).reset_index()
+            unseen = unseen.merge(stats, on=keys)
+        new = {}
+        for j, c in enumerate(d.base_coefs):
+            col = np.empty((n_s, len(rows)))
+            seen = uidx >= 0
+            col[:, seen] = th[:, uidx[seen], j]
+            if len(unseen):
+                loc = self._hyper_loc(post, c, unseen)
+                tau = self._tau(post, c, n_s)
+                new[c] = loc + tau[:, None] * rng.standard_normal(loc.shape)
+            out[c] = col
+        if len(unseen):
+            pos = pd.MultiIndex.from_frame(unseen[keys]).get_indexer(
+                pd.MultiIndex.from_frame(rows.loc[uidx < 0, keys])
+            )
+            for c in d.base_coefs:
+                out[c][:, uidx < 0] = new[c][:, pos]
+        p_unit = np.where(uidx >= 0, d.units["p"].to_numpy()[np.maximum(uidx, 0)], np.nan)
+        if len(unseen):
+            p_new = unseen["p"].to_numpy()[pos]
+            p_unit[uidx < 0] = p_new
+        ratio = rows["prefill"].to_numpy(dtype=float) / p_unit
+        # drafter units
+        spec = (rows["k"] > 0).to_numpy()
+        for c in d.draft_coefs:
+            out[c] = np.full((n_s, len(rows)), -np.inf)
+        if d.draft_coefs and spec.any():
+            dkeys = ["verifier", "hardware", "drafter", "cell"]
+            dkey = pd.MultiIndex.from_frame(d.dunits[dkeys])
+            didx = np.where(spec, dkey.get_indexer(pd.MultiIndex.from_frame(rows[dkeys])), -2)
+            thd = post["log_coef_draft"].values
+            for j, c in enumerate(d.draft_coefs):
+                seen = didx >= 0
+                out[c][:, seen] = thd[:, didx[seen], j]
+            miss = didx == -1
+            if miss.any():
+                sub = rows.loc[miss]
+                un = sub[dkeys].drop_duplicates().reset_index(drop=True)
+                stats = (
+                    sub.groupby(dkeys, sort=False)
+                    .agg(p=("prefill", "mean"), g=("decode", "mean"))
+                    .reset_index()
+                )
+                un = un.merge(stats, on=dkeys)
+                pos = pd.MultiIndex.from_frame(un[dkeys]).get_indexer(
+                    pd.MultiIndex.from_frame(sub[dkeys])
+                )
+                for c in d.draft_coefs:
+                    loc = self._hyper_loc(post, c, un)
+                    tau = self._tau(post, c, n_s)
+                    draw = loc + tau[:, None] * rng.standard_normal(loc.shape)
+                    out[c][:, miss] = draw[:, pos]
+        out["_prefill_ratio"] = ratio
+        return out
+
+    def coefficients(self, rows: pd.DataFrame) -> xr.Dataset:
+        """Posterior draws of the cycle coefficients for each row (seconds).
+
+        Parameters
+        ----------
+        rows : DataFrame
+            ``verifier, hardware, prefill, decode``; optional ``drafter`` (needed for
+            ``k > 0`` when the fit knows several drafters), ``k``, ``cell`` (default: the
+            label of rounded ``prefill x decode``).
+
+        Returns
+        -------
+        xarray.Dataset
+            ``c1p, c1v, c1d, c2p, c2v, c2d`` (MoE also ``c1s, c2s``: the per-verifier-pass
+            cost at full expert coverage), dims ``("sample", "row")``; ``sample`` stacks
+            chain × draw. Prefill coefficients are for the row's own prompt length
+            (unit value × ``prefill / unit mean prefill``), so
+            ``laws.effective_costs(..., decode, alpha, k)`` reproduces the model's costs.
+            Drafter coefficients are 0 for ``k = 0`` rows (and always for ``dense``). A cell
+            the fit never saw gets its trend plus a per-cell deviation drawn from
+            :math:`\\mathcal N(0, \\tau_j)` (one draw per cell, shared by its rows).
+
+        Raises
+        ------
+        ValueError
+            Unknown verifier, hardware or drafter; missing columns.
+        """
+        rows = self._normalise_rows(rows)
+        draws = self._unit_draws(rows)
+        ratio = draws.pop("_prefill_ratio")
+        data = {}
+        names = ["c1p", "c1v", "c1d", "c2p", "c2v", "c2d"]
+        if self.model_name == "moe":
+            names += ["c1s", "c2s"]
+        n_s = self._post().sizes["sample"]
+        for c in names:
+            v = np.exp(draws[c]) if c in draws else np.zeros((n_s, len(rows)))
+            if c in ("c1p", "c2p"):
+                v = v * ratio[None, :]
+            data[c] = (("sample", "row"), v)
+        return xr.Dataset(data, coords={"sample": np.arange(n_s), "row": np.arange(len(rows))})
+
+    # -- latency ----------------------------------------------------------------------------
+    def _row_alpha(self, rows: pd.DataFrame, n_s: int) -> np.ndarray:
+        d = self.design
+        alpha = np.full((n_s, len(rows)), 0.5)
+        spec = (rows["k"] > 0).to_numpy()
+        given = (
+            rows["alpha"].to_numpy(dtype=float) if "alpha" in rows else np.full(len(rows), np.nan)
+        )
+        alpha[:, spec & np.isfinite(given)] = given[spec & np.isfinite(given)]
+        need = spec & ~np.isfinite(given)
+        if need.any():
+            if not d.latent_alpha:
+                raise ValueError("rows with k > 0 need alpha (this fit did not infer alpha)")
+            akey = pd.MultiIndex.from_frame(d.akeys)
+            idx = akey.get_indexer(pd.MultiIndex.from_frame(rows.loc[need, list(d.akeys.columns)]))
+            if (idx < 0).any():
+                raise ValueError(
+                    "rows with k > 0 and no alpha must match an inferred (verifier, drafter, "
+                    f"cell): known {list(akey)}"
+                )
+            alpha[:, need] = self._post()["alpha"].values[:, idx]
+        return alpha
+
+    def _mu_x(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+        rows = self._normalise_rows(rows)
+        coefs = self.coefficients(rows)
+        n_s = coefs.sizes["sample"]
+        closed = rows["concurrency"].notna().to_numpy() if "concurrency" in rows else None
+        if closed is None:
+            closed = np.zeros(len(rows), dtype=bool)
+        if "rps" not in rows and not closed.all():
+            raise ValueError("rows need rps (open loop) or concurrency (closed loop)")
+        rps = np.where(closed, 0.0, rows["rps"].to_numpy(dtype=float) if "rps" in rows else 0.0)
+        conc = np.where(closed, rows["concurrency"].to_numpy(dtype=float) if closed.any() else 0, 0)
+        m_ratio = np.zeros(len(rows))
+        if self.model_name == "moe":
+            from specbayes.model import _experts_of
+
+            for v in rows["verifier"].unique():
+                m, big_m = _experts_of(v, self.design.data)
+                m_ratio[(rows["verifier"] == v).to_numpy()] = m / big_m
+        r = {
+            "g": rows["decode"].to_numpy(dtype=float),
+            "k": rows["k"].to_numpy(dtype=float),
+            "rps": rps,
+            "conc": conc.astype(float),
+            "closed": closed.astype(float),
+            "m_ratio": m_ratio,
+        }
+        alpha = self._row_alpha(rows, n_s)
+        coef = {c: coefs[c].values for c in coefs.data_vars}
+        mu, x = forward_numpy(coef, r, alpha, moe=self.model_name == "moe")
+        return mu, x, rows
+
+    def mean_latency(self, rows: pd.DataFrame) -> xr.DataArray:
+        """Posterior draws of the mean latency ``mu`` (s) of each row, dims (sample, row).
+
+        ``rows`` as for :meth:`coefficients` plus ``alpha`` (for ``k > 0``; may be NaN when
+        the fit inferred alpha for that verifier/drafter/cell) and ``rps`` (open loop) or
+        ``concurrency`` (closed loop, takes precedence where set). ``inf`` where saturated.
+        """
+        mu, _, _ = self._mu_x(rows)
+        return xr.DataArray(mu, dims=("sample", "row"), name="mu")
+
+    def predict(self, rows: pd.DataFrame, seed: int | None = None) -> xr.DataArray:
+        """Posterior predictive latency draws (s), dims (sample, row), observation noise included.
+
+        :math:`L = \\mu\\,\\exp(\\sigma_0 (1-x)^{-\\gamma}\\,\\varepsilon)`, the model's
+        likelihood evaluated with the same forward model as :meth:`mean_latency`; seeded
+        from the fit's seed (or ``seed``), so a saved and re-loaded fit predicts identically.
+        """
+        mu, x, _ = self._mu_x(rows)
+        post = self._post()
+        sigma = self._sigma(post["sigma0"].values, post["gamma"].values, x)
+        rng = np.random.default_rng([self.seed if seed is None else seed, 3])
+        with np.errstate(all="ignore"):
+            out = mu * np.exp(sigma * rng.standard_normal(mu.shape))
+        out = np.where(np.isfinite(mu), out, np.inf)  # saturated: unbounded, not NaN
+        return xr.DataArray(out, dims=("sample", "row"), name="latency")
+
+    def alpha_draws(self, verifier: str, drafter: str, cell: str) -> np.ndarray:
+        """Posterior draws of a latent alpha (sample,).
+
+        Raises
+        ------
+        ValueError
+            When alpha was given for that key (not inferred) or the key is unknown.
+        """
+        d = self.design
+        if not d.latent_alpha:
+            raise ValueError("alpha was given in the data, not inferred, for every row of this fit")
+        match = (
+            (d.akeys["verifier"] == verifier)
+            & (d.akeys["drafter"] == drafter)
+            & (d.akeys["cell"] == cell)
+        )
+        if not match.any():
+            raise ValueError(
+                f"alpha of ({verifier}, {drafter}, {cell}) was not inferred; inferred keys: "
+                f"{[tuple(r) for r in d.akeys.values]}"
+            )
+        return self._post()["alpha"].values[:, int(np.flatnonzero(match)[0])]
+
+    # -- health -----------------------------------------------------------------------------
+    def diagnostics(self) -> pd.DataFrame:
+        """R-hat, bulk and tail ESS of every coefficient and hyper-parameter element.
+
+        Returns
+        -------
+        DataFrame
+            Index: variable element (``arviz.summary`` naming); columns ``variable``,
+            ``r_hat``, ``ess_bulk``, ``ess_tail``, ``divergences`` (the run's total, repeated).
+        """
+        import arviz as az
+
+        post = self.idata.posterior
+        names = [v for v in HEALTH_VARS if v in post]
+        s = az.summary(self.idata, var_names=names, kind="diagnostics")
+        s = s[["r_hat", "ess_bulk", "ess_tail"]].copy()
+        s.insert(0, "variable", [i.split("[")[0] for i in s.index])
+        s["divergences"] = self.divergences
+        return s
+
+    @property
+    def divergences(self) -> int:
+        return int(self.idata.sample_stats["diverging"].sum())
+
+    def summary(self) -> dict[str, Any]:
+        """Divergences, max R-hat, min bulk/tail ESS, wall time, healthy."""
+        diag = self.diagnostics()
+        out = {
+            "model": self.model_name,
+            "rows": len(self.data),
+            "excluded": len(self.excluded),
+            "divergences": self.divergences,
+            "max_r_hat": float(diag["r_hat"].max()),
+            "min_ess_bulk": float(diag["ess_bulk"].min()),
+            "min_ess_tail": float(diag["ess_tail"].min()),
+            "wall_s": float(self.config.get("wall_s", float("nan"))),
+            "alpha_inferred": self.alpha_inferred,
+        }
+        out["healthy"] = bool(
+            out["divergences"] <= THRESHOLDS["divergences"]
+            and out["max_r_hat"] <= THRESHOLDS["r_hat"]
+            and out["min_ess_bulk"] >= THRESHOLDS["ess_bulk"]
+        )
+        return out
+
+    @property
+    def healthy(self) -> bool:
+        """No divergences, R-hat ≤ 1.01 and bulk ESS ≥ 400 everywhere (:data:`THRESHOLDS`)."""
+        return self.summary()["healthy"]
+
+    # -- persistence ------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the artefact (one netCDF file)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.idata.to_netcdf(str(path), engine="h5netcdf")
+        return path
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, tuple):
+        return list(o)
+    return str(o)
+
+
+def _frame_to_dataset(df: pd.DataFrame, dim: str) -> xr.Dataset:
+    """A DataFrame as a netCDF-safe Dataset (text as fixed-width unicode, bools as int)."""
+    data = {}
+    for c in df.columns:
+        s = df[c]
+        if pd.api.types.is_bool_dtype(s):
+            data[c] = (dim, s.astype(int).to_numpy())
+        elif pd.api.types.is_numeric_dtype(s):
+            data[c] = (dim, s.to_numpy(dtype=float))
+        else:
+            vals = s.astype(object).where(s.notna(), "").astype(str).to_numpy().astype("U")
+            data[c] = (dim, vals)
+    ds = xr.Dataset(data, coords={dim: np.arange(len(df))})
+    ds.attrs["text_columns"] = json.dumps(
+        [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
+    )
+    ds.attrs["int_columns"] = json.dumps(
+        [c for c in df.columns if pd.api.types.is_integer_dtype(df[c])]
+    )
+    return ds
+
+
+def _dataset_to_frame(ds: xr.Dataset, dim: str) -> pd.DataFrame:
+    text = json.loads(ds.attrs.get("text_columns", "[]"))
+    ints = json.loads(ds.attrs.get("int_columns", "[]"))
+    df = pd.DataFrame({c: ds[c].values for c in ds.data_vars})
+    for c in text:
+        if c in df:
+            df[c] = df[c].astype(str).astype(object).where(df[c].astype(str) != "", np.nan)
+    for c in ints:
+        if c in df:
+            df[c] = df[c].astype(int)
+    return df
+
+
+def load_fit(path: str | Path) -> Fit:
+    """Read a fit written by :meth:`Fit.save`; the model is rebuilt from code on demand.
+
+    The design is rebuilt from the stored rows, so predictions equal those of the saved fit.
+    """
+    import arviz as az
+
+    idata = az.from_netcdf(str(path), engine="h5netcdf")
+    idata.load() if hasattr(idata, "load") else None
+    model = idata.attrs["model"]
+    config = json.loads(idata.attrs["config"])
+    data = _dataset_to_frame(idata.constant_data, "obs")
+    if "excluded_data" in idata.groups():
+        excluded = _dataset_to_frame(idata["excluded_data"], "excluded_row")
+    else:
+        excluded = pd.DataFrame(columns=["reason"])
+    design = build_design(data, model)
+    design.structure = config["structure"]
+    return Fit(idata, design, excluded=excluded, config=config)

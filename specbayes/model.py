@@ -1,0 +1,1290 @@
+r"""Hierarchical PyMC models of the latency law: ``dense``, ``sd`` and ``moe`` (DESIGN.md §1–2).
+
+The three levels share one machinery; they differ only in the coefficients they carry:
+
+==========  ======================================================================
+``dense``   ``c1p, c1v, c2p, c2v`` on ``k = 0`` rows: :math:`C = c_p + g\,c_v`
+``sd``      adds the drafter pass ``c1d, c2d`` and fits dense and SD rows jointly
+``moe``     adds ``c1s, c2s``, the per-verifier-pass cost at *full* expert coverage
+==========  ======================================================================
+
+Mean latency of a row (all formulas from :mod:`specbayes.laws`)
+----------------------------------------------------------------
+With :math:`w = g / E(\alpha, k)` verifier passes per request and :math:`a_p = p / \bar p_u`
+(the row's prompt length relative to its unit's mean — prefill costs are linear in prefill,
+DESIGN §1.6):
+
+.. math::
+
+    C_1 = a_p c_{1p} + w\,(c_{1v} + k\,c_{1d}) \;[+\,\varphi(T)\,w\,c_{1s}], \qquad
+    C_2 = a_p c_{2p} + w\,(c_{2v} + k\,c_{2d}) \;[+\,\varphi(T)\,w\,c_{2s}]
+
+Open-loop rows (rate λ): :math:`\mu = C_1/(1 - \lambda C_2)`; closed-loop rows (N streams):
+:math:`\mu = C_1 + N C_2` — the same coefficients (DESIGN §1.1). For ``moe``,
+:math:`\varphi(T) = 1 - (1 - m/M)^T` with :math:`T = \lambda\mu(k+1)` taken from the model's
+own latency: :func:`specbayes.laws.moe_latency_unrolled` iterates the fixed-point map from
+:math:`\varphi = 0` (``moe_iterations`` times, default 30) inside the graph, so the gradient
+flows through the fixed point. For closed-loop MoE rows the batch is N, so :math:`T = N(k+1)`.
+The MoE split puts the coverage-dependent part on the verifier pass: :math:`C_{1u}, C_{2u}`
+are the sd costs, :math:`C_{1s} = w\,c_{1s}`, :math:`C_{2s} = w\,c_{2s}`. Experts per token
+``m`` and experts per layer ``M`` come from the columns ``experts_per_token`` /
+``num_experts`` or from :mod:`specbayes.catalog`; verifiers with neither get
+:math:`\varphi = 0` (their ``c*s`` stay at the prior).
+
+Likelihood
+----------
+:math:`\log L_\mathrm{obs} \sim \mathcal N(\log\mu,\ \sigma_0 (1 - x)^{-\gamma})` (the variable
+is a ``LogNormal`` named ``latency``), :math:`x = \lambda C_2` (open loop) or
+:math:`x = N C_2 / \mu` (closed loop; the same utilisation by Little's law) — the noise may
+grow toward saturation, :math:`\gamma \ge 0`.
+
+Hierarchy (centred on the log scale)
+------------------------------------
+A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
+(verifier, hardware, drafter, cell) for ``c1d, c2d``. With :math:`\theta = \log c`:
+
+.. math::
+
+    \theta_{j,u} \sim \mathcal N\big(\mu_j + \beta_j s_{v(u)} + \eta_{j,v(u)} + h_{j,h(u)}
+                                     + b_j\, t_j(u),\ \tau_j\big)
+
+* :math:`\mu_j` — level; prior :math:`\mathcal N(\hat\mu_j, 1)` around the least-squares
+  reference scale of the data (log units: nearly flat, it only fixes units).
+* :math:`s_v` — centred log verifier parameter count (drafter count for ``c*d``), used when
+  known for at least 3 verifiers (drafters); :math:`\beta_j \sim \mathcal N(1, 0.5)`.
+* :math:`\eta` — verifier effect (drafter effect for ``c*d``), ``ZeroSumNormal`` so a level
+  and an effect are never redundant; present only when the factor has ≥ 2 levels; its scale
+  is learned (HalfNormal) from ≥ 5 levels, fixed at the prior scale below that (a handful of
+  levels cannot inform a scale, and a learned one would put a funnel in the posterior).
+* :math:`h` — hardware effect, the same rules.
+* :math:`t_j` — cell trend covariate (DESIGN §1.6), centred over the data's units:
+  ``log p`` for ``c1p, c2p``; ``log(p + g/2)`` (time-averaged KV) for ``c1v, c2v, c2d``;
+  none for ``c1d, c1s, c2s``. The slope :math:`b_j` is free when the covariate takes ≥ 3
+  distinct values, else fixed at its prior mean (e.g. 1 for ``c2v``: linear in KV size).
+* :math:`\tau_j` — per-cell deviation scale: learned from ≥ 5 cells, fixed otherwise. An
+  unseen cell is predicted from the trend plus a deviation drawn from
+  :math:`\mathcal N(0, \tau_j)`.
+
+Why centred, and why whitened
+-----------------------------
+Each unit's coefficients are pinned by hundreds of precise sweep points, so the likelihood,
+not the prior, dominates them — the regime where *centred* units sample well and non-centred
+ones form funnels. What remains is the strong *correlation* between coefficients of one
+workload (``c1p, c1v, c1d`` all enter one :math:`C_1`), which made a naive fit take ~30
+leapfrog steps per draw and diverge from jittered starts. So the unit coefficients (and
+latent alphas) are *sampled in whitened coordinates*: per block (one verifier and cell, all
+its hardware and drafters) :math:`\theta = \hat\theta + L z` with :math:`\hat\theta` the
+per-block least-squares fit and :math:`L L^\top` the Gauss–Newton posterior covariance
+there. ``z`` is flat; the hierarchical prior on :math:`\theta` enters as a potential (the
+map is linear, its Jacobian constant). At :math:`z = 0` every chain starts at a point where
+:math:`\lambda C_2 < 1` for every observed row (checked), and in whitened units the
+posterior is close to a standard normal, so NUTS needs few steps per draw.
+
+Latent alpha
+------------
+SD rows whose ``alpha_source`` is ``'unknown'`` get a latent alpha per
+(verifier, drafter, cell), sampled as ``logit(alpha)`` with a ``Beta(a, b)`` prior (the
+potential includes the logit Jacobian). Rows of the same key that do carry alpha inform it
+through :math:`\operatorname{logit}\alpha_\mathrm{obs} \sim \mathcal N(\operatorname{logit}
+\alpha, 0.05)`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specbayes import laws
+
+__all__ = [
+    "COEFFICIENTS",
+    "DEFAULT_PRIORS",
+    "Design",
+    "LatencyModel",
+    "build_design",
+    "forward_numpy",
+    "simulate_sweeps",
+]
+
+#: Coefficients carried by each model level (verifier ones first, then drafter ones).
+COEFFICIENTS: dict[str, tuple[str, ...]] = {
+    "dense": ("c1p", "c1v", "c2p", "c2v"),
+    "sd": ("c1p", "c1v", "c2p", "c2v", "c1d", "c2d"),
+    "moe": ("c1p", "c1v", "c2p", "c2v", "c1s", "c2s", "c1d", "c2d"),
+}
+DRAFT_COEFS = ("c1d", "c2d")
+
+#: Cell-trend covariate of each coefficient: 'p' = log prefill, 'kv' = log(p + g/2), None.
+TREND: dict[str, str | None] = {
+    "c1p": "p",
+    "c2p": "p",
+    "c1v": "kv",
+    "c2v": "kv",
+    "c1d": None,
+    "c2d": "kv",
+    "c1s": None,
+    "c2s": None,
+}
+
+#: Default priors; ``fit(priors=...)`` merges a user dict over these (nested dicts merged).
+DEFAULT_PRIORS: dict[str, Any] = {
+    "level_sd": 1.0,  # sd of mu_j around the least-squares reference (log units)
+    "verifier_sd": 0.5,  # verifier effect scale (HalfNormal scale when learned)
+    "drafter_sd": 1.0,  # drafter effect scale
+    "hardware_sd": 1.0,  # hardware effect scale
+    "size_slope": (1.0, 0.5),  # Normal(mean, sd) slope on centred log parameter count
+    "trend_slope": {  # Normal(mean, sd) slope on the cell covariate
+        "c1p": (1.0, 0.5),
+        "c2p": (1.0, 0.5),
+        "c1v": (0.0, 0.5),
+        "c2v": (1.0, 0.5),
+        "c2d": (0.5, 0.5),
+    },
+    "cell_sd": 0.15,  # per-cell deviation: HalfNormal scale when learned, the value when fixed
+    "sigma": 0.1,  # HalfNormal scale of sigma0 (noise on log latency)
+    "noise_growth": 0.5,  # HalfNormal scale of gamma (noise growth toward saturation)
+    "alpha": (2.0, 2.0),  # Beta(a, b) prior of a latent alpha
+    "alpha_obs_sd": 0.05,  # sd of an observed alpha on the logit scale (latent keys only)
+}
+
+#: Factor with at least this many levels gets a learned effect scale.
+LEARN_SCALE_MIN_LEVELS = 5
+#: Covariate with at least this many distinct values gets a free slope.
+SLOPE_MIN_VALUES = 3
+#: Data-only posterior sd (log units) above which a unit coefficient counts as unidentified.
+WEAK_LOG_SD = 0.5
+#: Fixed-point iterations of the MoE map inside the graph.
+MOE_ITERATIONS = 30
+
+
+def merge_priors(priors: dict | None) -> dict:
+    """Defaults merged with the user's dict (one level of nesting merged too)."""
+    out = json.loads(json.dumps(DEFAULT_PRIORS))
+    for key, value in (priors or {}).items():
+        if key not in out:
+            raise ValueError(f"unknown prior {key!r}; known: {sorted(out)}")
+        if isinstance(out[key], dict) and isinstance(value, dict):
+            out[key].update(value)
+        else:
+            out[key] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# design: labels, units, row arrays
+# ---------------------------------------------------------------------------------------------
+
+
+def _catalog_entry(kind: str, name: str) -> Any:
+    """The catalog descriptor of a verifier (``kind='model'``) or drafter, or None."""
+    try:
+        from specbayes import catalog
+
+        return catalog.load_model(name) if kind == "model" else catalog.load_drafter(name)
+    except Exception:  # catalog absent, entry unknown: fall back gracefully
+        return None
+
+
+def _size_of(name: str, df: pd.DataFrame, col: str, column: str) -> float:
+    """Parameter count: the data column ``column`` first, then :mod:`specbayes.catalog`.
+
+    Verifiers use the catalog's ``active_parameters`` (= total for dense models), drafters
+    their ``parameters``; NaN when neither source knows the model.
+    """
+    if column in df:
+        vals = df.loc[df[col] == name, column].dropna()
+        if len(vals):
+            return float(vals.iloc[0])
+    entry = _catalog_entry("model" if col == "verifier" else "drafter", name)
+    try:
+        value = entry.active_parameters if col == "verifier" else entry.parameters
+        return float(value)
+    except Exception:
+        return float("nan")
+
+
+def _experts_of(name: str, df: pd.DataFrame) -> tuple[float, float]:
+    """(m, M) of a verifier from the data columns or the catalog; (0, 1) = not MoE."""
+    sub = df[df["verifier"] == name]
+    if "experts_per_token" in sub and "num_experts" in sub:
+        m, big_m = sub["experts_per_token"].dropna(), sub["num_experts"].dropna()
+        if len(m) and len(big_m) and float(big_m.iloc[0]) > 0:
+            return float(m.iloc[0]), float(big_m.iloc[0])
+    entry = _catalog_entry("model", name)
+    if entry is not None and getattr(entry, "num_experts", 0):
+        return float(entry.num_experts_per_tok), float(entry.num_experts)
+    return 0.0, 1.0
+
+
+@dataclass
+class Design:
+    """Everything the graph and the numpy forward need, derived deterministically from data.
+
+    Attributes
+    ----------
+    model_name : str
+    coefs : tuple of str
+        Coefficients of this model level (order of the ``coef`` dim).
+    data : DataFrame
+        The fitted rows (index reset; row ``i`` is ``obs`` ``i``).
+    verifiers, hardware, drafters, cells : list of str
+        Levels (``drafters`` excludes ``'none'``).
+    units : DataFrame
+        One row per (verifier, hardware, cell): mean prefill ``p`` and decode ``g``.
+    dunits : DataFrame
+        One row per (verifier, hardware, drafter, cell) with SD rows.
+    akeys : DataFrame
+        (verifier, drafter, cell) keys whose alpha is latent.
+    rows : dict of ndarray
+        Per-row arrays (see :func:`build_design`).
+    """
+
+    model_name: str
+    coefs: tuple[str, ...]
+    data: pd.DataFrame
+    verifiers: list[str]
+    hardware: list[str]
+    drafters: list[str]
+    cells: list[str]
+    units: pd.DataFrame
+    dunits: pd.DataFrame
+    akeys: pd.DataFrame
+    rows: dict[str, np.ndarray]
+    verifier_size: np.ndarray
+    drafter_size: np.ndarray
+    trend_center: dict[str, float]
+    structure: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_coefs(self) -> tuple[str, ...]:
+        return tuple(c for c in self.coefs if c not in DRAFT_COEFS)
+
+    @property
+    def draft_coefs(self) -> tuple[str, ...]:
+        return tuple(c for c in self.coefs if c in DRAFT_COEFS)
+
+    @property
+    def latent_alpha(self) -> bool:
+        return len(self.akeys) > 0
+
+
+def _trend_value(kind: str | None, p: Any, g: Any) -> Any:
+    if kind == "p":
+        return np.log(np.asarray(p, dtype=float))
+    if kind == "kv":
+        return np.log(np.asarray(p, dtype=float) + 0.5 * np.asarray(g, dtype=float))
+    return np.zeros(np.shape(p))
+
+
+def build_design(data: pd.DataFrame, model_name: str) -> Design:
+    """Index the fitted rows into units, levels and row arrays.
+
+    Parameters
+    ----------
+    data : DataFrame
+        Validated sweep rows (``SweepTable.data``), already restricted to the rows this model
+        fits (``k == 0`` for ``dense``).
+    model_name : {'dense', 'sd', 'moe'}
+
+    Returns
+    -------
+    Design
+
+    Raises
+    ------
+    ValueError
+        No rows; or no configuration with two distinct load levels (C1 and C2 cannot be
+        separated).
+    """
+    if model_name not in COEFFICIENTS:
+        raise ValueError(f"unknown model {model_name!r}; choose one of {sorted(COEFFICIENTS)}")
+    df = data.reset_index(drop=True).copy()
+    if len(df) == 0:
+        raise ValueError("no rows to fit")
+    df["closed"] = df["concurrency"].notna()
+    load = np.where(df["closed"], df["concurrency"], df["rps"])
+    cfg = ["verifier", "hardware", "drafter", "cell", "k", "closed"]
+    alpha_key = df["alpha"].round(6).fillna(-1.0)
+    nlev = pd.Series(np.round(load, 9)).groupby([df[c] for c in cfg] + [alpha_key]).nunique()
+    if nlev.max() < 2:
+        raise ValueError(
+            "every configuration has a single load level (one rate or concurrency): the "
+            "load-independent and load-dependent costs C1, C2 cannot be separated; sweep "
+            "at least two loads per configuration"
+        )
+    coefs = COEFFICIENTS[model_name]
+    if model_name == "dense" and (df["k"] > 0).any():
+        raise ValueError("the dense model fits k = 0 rows only")
+    verifiers = sorted(df["verifier"].unique())
+    hardware = sorted(df["hardware"].unique())
+    drafters = sorted(d for d in df["drafter"].unique() if d != "none")
+    cells = sorted(df["cell"].unique())
+
+    units = (
+        df.groupby(["verifier", "hardware", "cell"], sort=True)
+        .agg(p=("prefill", "mean"), g=("decode", "mean"))
+        .reset_index()
+    )
+    spec = df[df["k"] > 0]
+    dunits = (
+        spec.groupby(["verifier", "hardware", "drafter", "cell"], sort=True)
+        .agg(p=("prefill", "mean"), g=("decode", "mean"))
+        .reset_index()
+    )
+    unknown = spec[spec["alpha_source"] == "unknown"]
+    akeys = (
+        unknown[["verifier", "drafter", "cell"]]
+        .drop_duplicates()
+        .sort_values(["verifier", "drafter", "cell"])
+    ).reset_index(drop=True)
+
+    ukey = pd.MultiIndex.from_frame(units[["verifier", "hardware", "cell"]])
+    unit_idx = ukey.get_indexer(pd.MultiIndex.from_frame(df[["verifier", "hardware", "cell"]]))
+    dkey = pd.MultiIndex.from_frame(dunits[["verifier", "hardware", "drafter", "cell"]])
+    dunit_idx = (
+        dkey.get_indexer(pd.MultiIndex.from_frame(df[["verifier", "hardware", "drafter", "cell"]]))
+        if len(dunits)
+        else np.full(len(df), -1)
+    )
+    dunit_idx = np.where(df["k"].to_numpy() > 0, dunit_idx, -1)
+    if len(akeys):
+        akey = pd.MultiIndex.from_frame(akeys)
+        alpha_idx = akey.get_indexer(pd.MultiIndex.from_frame(df[["verifier", "drafter", "cell"]]))
+        alpha_idx = np.where(df["k"].to_numpy() > 0, alpha_idx, -1)
+    else:
+        alpha_idx = np.full(len(df), -1)
+
+    closed = df["closed"].to_numpy()
+    experts = {v: _experts_of(v, df) for v in verifiers}
+    m_ratio = np.array([experts[v][0] / experts[v][1] for v in df["verifier"]], dtype=float)
+    rows = {
+        "unit": unit_idx.astype(np.int64),
+        "dunit": dunit_idx.astype(np.int64),
+        "akey": alpha_idx.astype(np.int64),
+        "k": df["k"].to_numpy(dtype=float),
+        "g": df["decode"].to_numpy(dtype=float),
+        "a_p": df["prefill"].to_numpy(dtype=float) / units["p"].to_numpy()[unit_idx],
+        "alpha": df["alpha"].fillna(0.5).to_numpy(dtype=float),
+        "alpha_obs": df["alpha"].to_numpy(dtype=float),
+        "rps": np.where(closed, 0.0, df["rps"].to_numpy(dtype=float)),
+        "conc": np.where(closed, df["concurrency"].to_numpy(dtype=float), 0.0),
+        "closed": closed.astype(float),
+        "m_ratio": m_ratio,
+        "latency": df["latency"].to_numpy(dtype=float),
+        "rps_eff": df["rps"].to_numpy(dtype=float),
+    }
+    vsize = np.array([_size_of(v, df, "verifier", "verifier_params") for v in verifiers])
+    dsize = np.array([_size_of(d, df, "drafter", "drafter_params") for d in drafters])
+    centers = {}
+    for kind in ("p", "kv"):
+        centers[kind] = float(np.mean(_trend_value(kind, units["p"], units["g"])))
+    return Design(
+        model_name=model_name,
+        coefs=coefs,
+        data=df.drop(columns=["closed"]),
+        verifiers=verifiers,
+        hardware=hardware,
+        drafters=drafters,
+        cells=cells,
+        units=units,
+        dunits=dunits,
+        akeys=akeys,
+        rows=rows,
+        verifier_size=vsize,
+        drafter_size=dsize,
+        trend_center=centers,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy forward model (shared by the least-squares start, prediction and the simulator)
+# ---------------------------------------------------------------------------------------------
+
+
+def forward_numpy(
+    coef: dict[str, np.ndarray],
+    rows: dict[str, np.ndarray],
+    alpha: np.ndarray,
+    *,
+    moe: bool = False,
+    converged: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean latency and utilisation of rows, given per-row coefficients (numpy, broadcasting).
+
+    Parameters
+    ----------
+    coef : dict of ndarray
+        Per-row coefficients ``c1p, ...`` (seconds; missing drafter/MoE ones = 0), already
+        scaled (prefill coefficients by ``a_p``).
+    rows : dict of ndarray
+        ``g, k, rps, conc, closed, m_ratio`` (see :func:`build_design`).
+    alpha : ndarray
+        Per-row acceptance probability.
+    moe : bool
+        Apply the coverage split (needs ``c1s, c2s``).
+    converged : bool
+        MoE: the least fixed point (:func:`laws.moe_latency`) if true, else the unrolled
+        iteration the graph uses.
+
+    Returns
+    -------
+    mu, x : ndarray
+        Mean latency (``inf`` when saturated) and utilisation ``x``.
+    """
+    z = np.zeros(1)
+    get = coef.get
+    k, g = rows["k"], rows["g"]
+    c1, c2 = laws.effective_costs(
+        get("c1p", z),
+        get("c1v", z),
+        get("c1d", z),
+        get("c2p", z),
+        get("c2v", z),
+        get("c2d", z),
+        g,
+        alpha,
+        k,
+    )
+    closed = rows["closed"] > 0
+    if moe:
+        w = g / laws.expected_tokens(alpha, k)
+        c1s, c2s = w * get("c1s", z), w * get("c2s", z)
+        big_m = 1.0
+        m = rows["m_ratio"]
+        if converged:
+            open_mu = laws.moe_latency(rows["rps"], c1, c1s, c2, c2s, m, big_m, k)
+        else:
+            open_mu = laws.moe_latency_unrolled(
+                rows["rps"], c1, c1s, c2, c2s, m, big_m, k, iterations=MOE_ITERATIONS
+            )
+        phi_c = laws.expert_coverage(rows["conc"] * (k + 1.0), m, big_m)
+        closed_mu = laws.closed_loop_latency(rows["conc"], c1 + phi_c * c1s, c2 + phi_c * c2s)
+        with np.errstate(all="ignore"):
+            phi_o = laws.expert_coverage(laws.routed_tokens(rows["rps"], open_mu, k), m, big_m)
+        c2_open = c2 + phi_o * c2s
+        c2_closed = c2 + phi_c * c2s
+    else:
+        open_mu = laws.latency(rows["rps"], c1, c2)
+        closed_mu = laws.closed_loop_latency(rows["conc"], c1, c2)
+        c2_open = c2_closed = c2
+    mu = np.where(closed, closed_mu, open_mu)
+    with np.errstate(all="ignore"):
+        x = np.where(closed, rows["conc"] * c2_closed / closed_mu, rows["rps"] * c2_open)
+    return mu, x
+
+
+# ---------------------------------------------------------------------------------------------
+# least-squares reference and whitening
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Parametrisation:
+    """Flat parameter vector layout and its whitening (see the module docstring)."""
+
+    n: int
+    base_index: np.ndarray  # (n_units, n_base) -> flat index
+    draft_index: np.ndarray  # (n_dunits, 2)
+    alpha_index: np.ndarray  # (n_akeys,)
+    ref: np.ndarray  # least-squares theta (log coefficients, logit alphas)
+    white_idx: np.ndarray  # (n, B) flat indices of the block (padded with n -> zero slot)
+    white_val: np.ndarray  # (n, B) rows of L
+    shrink_val: np.ndarray  # (n, B) rows of M = (H + P)^-1 P
+    const: np.ndarray  # (H + P)^-1 H theta_ls
+    weak: np.ndarray  # parameters sampled non-centred (data cannot tell them from zero)
+    prior_loc_alpha: float
+    sigma_hat: float
+    block_of: np.ndarray
+
+
+def _layout(design: Design) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Flat indices of every parameter, grouped in blocks of one (verifier, cell)."""
+    nb, nd = len(design.base_coefs), len(design.draft_coefs)
+    base_index = np.zeros((len(design.units), nb), dtype=np.int64)
+    draft_index = np.zeros((len(design.dunits), nd), dtype=np.int64)
+    alpha_index = np.zeros(len(design.akeys), dtype=np.int64)
+    blocks: list[np.ndarray] = []
+    nxt = 0
+    keys = design.units[["verifier", "cell"]].drop_duplicates().itertuples(index=False)
+    for v, c in keys:
+        members = []
+        for u in np.flatnonzero((design.units["verifier"] == v) & (design.units["cell"] == c)):
+            base_index[u] = np.arange(nxt, nxt + nb)
+            members.extend(range(nxt, nxt + nb))
+            nxt += nb
+        if nd and len(design.dunits):
+            sel = (design.dunits["verifier"] == v) & (design.dunits["cell"] == c)
+            for du in np.flatnonzero(sel):
+                draft_index[du] = np.arange(nxt, nxt + nd)
+                members.extend(range(nxt, nxt + nd))
+                nxt += nd
+        if len(design.akeys):
+            sel = (design.akeys["verifier"] == v) & (design.akeys["cell"] == c)
+            for a in np.flatnonzero(sel):
+                alpha_index[a] = nxt
+                members.append(nxt)
+                nxt += 1
+        blocks.append(np.array(members, dtype=np.int64))
+    return base_index, draft_index, alpha_index, blocks
+
+
+def _row_coefs(
+    theta: np.ndarray, design: Design, base_index, draft_index, alpha_index, rows_sel
+) -> tuple[dict, np.ndarray, dict]:
+    """Per-row coefficients and alpha from a flat theta; also the flat index of each."""
+    r = design.rows
+    u = r["unit"][rows_sel]
+    du = r["dunit"][rows_sel]
+    ak = r["akey"][rows_sel]
+    coef, idx = {}, {}
+    for j, name in enumerate(design.base_coefs):
+        idx[name] = base_index[u, j]
+        coef[name] = np.exp(theta[idx[name]])
+    for j, name in enumerate(design.draft_coefs):
+        has = du >= 0
+        idx[name] = np.where(has, draft_index[np.maximum(du, 0), j] if len(draft_index) else 0, -1)
+        coef[name] = np.where(has, np.exp(theta[np.maximum(idx[name], 0)]), 0.0)
+    a_p = r["a_p"][rows_sel]
+    for name in ("c1p", "c2p"):
+        coef[name] = coef[name] * a_p
+    alpha = r["alpha"][rows_sel].copy()
+    if len(alpha_index):
+        has = ak >= 0
+        idx["alpha"] = np.where(has, alpha_index[np.maximum(ak, 0)], -1)
+        alpha = np.where(has, _sigmoid(theta[np.maximum(idx["alpha"], 0)]), alpha)
+    return coef, alpha, idx
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _sub(rows: dict, sel: np.ndarray) -> dict:
+    return {k: v[sel] for k, v in rows.items()}
+
+
+def _residual_jacobian(theta, design, layout, rows_sel, params):
+    """Residuals log(L_obs) - log(mu) and their Jacobian in the block's parameters.
+
+    Gauss–Newton form: the MoE coverage phi is held at its current value.
+    """
+    base_index, draft_index, alpha_index = layout
+    coef, alpha, idx = _row_coefs(theta, design, base_index, draft_index, alpha_index, rows_sel)
+    rows = _sub(design.rows, rows_sel)
+    moe = design.model_name == "moe"
+    mu, x = forward_numpy(coef, rows, alpha, moe=moe, converged=False)
+    bad = ~np.isfinite(mu) | (x >= 1.0 - 1e-9)
+    k, g = rows["k"], rows["g"]
+    e = laws.expected_tokens(alpha, k)
+    w = g / e
+    closed = rows["closed"] > 0
+    if moe:
+        phi = np.where(
+            closed,
+            laws.expert_coverage(rows["conc"] * (k + 1.0), rows["m_ratio"], 1.0),
+            laws.expert_coverage(laws.routed_tokens(rows["rps"], mu, k), rows["m_ratio"], 1.0),
+        )
+        phi = np.where(np.isfinite(phi), phi, 1.0)
+    else:
+        phi = np.zeros_like(w)
+    zero = np.zeros_like(w)
+    c1 = coef["c1p"] + w * (coef["c1v"] + k * coef.get("c1d", zero) + phi * coef.get("c1s", zero))
+    c2 = coef["c2p"] + w * (coef["c2v"] + k * coef.get("c2d", zero) + phi * coef.get("c2s", zero))
+    with np.errstate(all="ignore"):
+        headroom = np.where(closed, 1.0, 1.0 - rows["rps"] * c2)
+        d1 = np.where(closed, 1.0 / mu, 1.0 / c1)  # d log mu / d C1
+        d2 = np.where(closed, rows["conc"] / mu, rows["rps"] / headroom)  # d log mu / d C2
+    weights = {
+        "c1p": (d1, 1.0),
+        "c1v": (d1, w),
+        "c1d": (d1, w * k),
+        "c1s": (d1, w * phi),
+        "c2p": (d2, 1.0),
+        "c2v": (d2, w),
+        "c2d": (d2, w * k),
+        "c2s": (d2, w * phi),
+    }
+    pos = {p: i for i, p in enumerate(params)}
+    jac = np.zeros((len(rows_sel), len(params)))
+    ridx = np.arange(len(rows_sel))
+    for name in design.coefs:
+        d, a = weights[name]
+        col = idx[name]
+        val = d * a * coef[name]
+        has = col >= 0
+        local = np.array([pos.get(c, -1) for c in col[has]], dtype=np.int64)
+        ok = local >= 0
+        np.add.at(jac, (ridx[has][ok], local[ok]), val[has][ok])
+    if "alpha" in idx:
+        has = idx["alpha"] >= 0
+        if has.any():
+            eps = 1e-6
+            a0 = np.clip(alpha, 1e-6, 1 - 1e-6)
+            de = (laws.expected_tokens(a0 + eps, k) - laws.expected_tokens(a0 - eps, k)) / (2 * eps)
+            dw = -g * de / e**2 * a0 * (1 - a0)
+            dlogmu_dw = d1 * (
+                coef["c1v"] + k * coef.get("c1d", zero) + phi * coef.get("c1s", zero)
+            ) + d2 * (coef["c2v"] + k * coef.get("c2d", zero) + phi * coef.get("c2s", zero))
+            val = dlogmu_dw * dw
+            local = np.array([pos.get(c, -1) for c in idx["alpha"][has]], dtype=np.int64)
+            ok = local >= 0
+            np.add.at(jac, (ridx[has][ok], local[ok]), val[has][ok])
+    with np.errstate(all="ignore"):
+        res = np.log(rows["latency"]) - np.log(mu)
+    return res, jac, bad, x
+
+
+def _start_values(design: Design, layout, blocks) -> np.ndarray:
+    """A feasible heuristic start for every block: C2 small enough that x <= 0.3 everywhere."""
+    base_index, draft_index, alpha_index = layout
+    n = sum(len(b) for b in blocks)
+    theta = np.zeros(n)
+    r = design.rows
+    lat, rate, g = r["latency"], r["rps_eff"], r["g"]
+    a_prior = merge_priors(None)["alpha"]
+    for u in range(len(design.units)):
+        sel = r["unit"] == u
+        dense = sel & (r["k"] == 0)
+        use = dense if dense.any() else sel
+        lmin = np.min(lat[use])
+        gm = float(np.mean(g[use]))
+        c2_target = 0.3 / max(float(np.max(rate[sel])), 1e-9)
+        vals = {
+            "c1p": 0.3 * lmin,
+            "c1v": 0.7 * lmin / gm,
+            "c2p": 0.3 * c2_target,
+            "c2v": 0.7 * c2_target / gm,
+            "c1s": 0.1 * lmin / gm,
+            "c2s": 0.1 * c2_target / gm,
+        }
+        for j, name in enumerate(design.base_coefs):
+            theta[base_index[u, j]] = np.log(vals[name])
+        for du in np.flatnonzero(
+            (design.dunits["verifier"] == design.units.at[u, "verifier"])
+            & (design.dunits["hardware"] == design.units.at[u, "hardware"])
+            & (design.dunits["cell"] == design.units.at[u, "cell"])
+        ):
+            kmax = max(float(np.max(r["k"][r["dunit"] == du])), 1.0)
+            for j, name in enumerate(design.draft_coefs):
+                base = vals["c1v"] if name == "c1d" else vals["c2v"]
+                theta[draft_index[du, j]] = np.log(base / (5.0 * kmax))
+    for a in range(len(design.akeys)):
+        theta[alpha_index[a]] = np.log(a_prior[0] / a_prior[1])
+    return theta
+
+
+def least_squares_reference(design: Design, priors: dict | None = None) -> Parametrisation:
+    """Per-block least squares (log scale) and the Gauss–Newton whitening around it.
+
+    Each block — one (verifier, cell) with all its hardware, drafters and latent alphas — is
+    fitted by :func:`scipy.optimize.least_squares` on :math:`\\log L_\\mathrm{obs} -
+    \\log\\mu` from a feasible start; infeasible trial points (some
+    :math:`\\lambda C_2 \\ge 1`) return a huge residual so the trust region retreats. A tiny
+    ridge toward the start keeps directions the data cannot see well posed. The whitening
+    factor is the Cholesky factor of :math:`(J^\\top J/\\hat\\sigma^2 + P)^{-1}`, with
+    :math:`P` the prior precision of a unit (``cell_sd``) and of a latent logit-alpha (1).
+
+    Raises
+    ------
+    RuntimeError
+        If the least-squares point of a block is not strictly feasible.
+    """
+    from scipy.optimize import least_squares
+
+    priors = merge_priors(priors)
+    base_index, draft_index, alpha_index, blocks = _layout(design)
+    layout = (base_index, draft_index, alpha_index)
+    theta = _start_values(design, layout, blocks)
+    n = len(theta)
+    block_of = np.zeros(n, dtype=np.int64)
+    for b, members in enumerate(blocks):
+        block_of[members] = b
+    row_block = block_of[base_index[design.rows["unit"], 0]]
+    ridge = 1e-3
+    residuals = np.zeros(len(design.data))
+    for b, members in enumerate(blocks):
+        rows_sel = np.flatnonzero(row_block == b)
+        start = theta[members].copy()
+
+        def fun(p, members=members, rows_sel=rows_sel, start=start):
+            th = theta.copy()
+            th[members] = p
+            res, _, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
+            res = np.where(bad, 1e3, res)
+            return np.concatenate([res, ridge * (p - start)])
+
+        def jac(p, members=members, rows_sel=rows_sel):
+            th = theta.copy()
+            th[members] = p
+            _, jm, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
+            jm = np.where(bad[:, None], 0.0, -jm)
+            return np.vstack([jm, ridge * np.eye(len(members))])
+
+        sol = least_squares(fun, start, jac=jac, method="trf", x_scale="jac", max_nfev=200)
+        theta[members] = sol.x
+        res, _, bad, _ = _residual_jacobian(theta, design, layout, rows_sel, members)
+        if bad.any():
+            raise RuntimeError(f"least-squares start infeasible in block {b}")
+        residuals[rows_sel] = res
+    sigma_hat = float(max(np.sqrt(np.mean(residuals**2)), 1e-3))
+
+    # whitening per block
+    bmax = max(len(m) for m in blocks)
+    white_idx = np.full((n, bmax), n, dtype=np.int64)
+    white_val = np.zeros((n, bmax))
+    shrink_val = np.zeros((n, bmax))
+    const = np.zeros(n)
+    weak = np.zeros(n, dtype=bool)
+    cell_sd = float(priors["cell_sd"])
+    is_alpha = np.zeros(n, dtype=bool)
+    is_alpha[alpha_index] = len(alpha_index) > 0
+    for b, members in enumerate(blocks):
+        rows_sel = np.flatnonzero(row_block == b)
+        _, jm, _, _ = _residual_jacobian(theta, design, layout, rows_sel, members)
+        h = jm.T @ jm / sigma_hat**2
+        # a coefficient the block's data cannot tell from zero (data-only sd of its log
+        # > WEAK_LOG_SD) is prior-dominated: drop its data curvature, so it is sampled
+        # non-centred around its hierarchical location (M = I, L = cell_sd there)
+        data_sd = np.sqrt(np.diag(np.linalg.pinv(h + 1e-10 * np.eye(len(members)))))
+        weak_b = data_sd > WEAK_LOG_SD
+        weak[members] = weak_b
+        h[weak_b, :] = 0.0
+        h[:, weak_b] = 0.0
+        prec = np.where(is_alpha[members], 1.0, 1.0 / cell_sd**2)
+        h += np.diag(prec)
+        cov = np.linalg.inv(h)
+        cov = 0.5 * (cov + cov.T)
+        chol = np.linalg.cholesky(cov)
+        shrink = cov * prec[None, :]  # (H + P)^-1 P
+        const[members] = theta[members] - shrink @ theta[members]  # (H+P)^-1 H theta_ls
+        for i, gi in enumerate(members):
+            white_idx[gi, : len(members)] = members
+            white_val[gi, : len(members)] = chol[i]
+            shrink_val[gi, : len(members)] = shrink[i]
+    return Parametrisation(
+        n=n,
+        base_index=base_index,
+        draft_index=draft_index,
+        alpha_index=alpha_index,
+        ref=theta,
+        white_idx=white_idx,
+        white_val=white_val,
+        shrink_val=shrink_val,
+        const=const,
+        weak=weak,
+        prior_loc_alpha=float(np.log(priors["alpha"][0] / priors["alpha"][1])),
+        sigma_hat=sigma_hat,
+        block_of=block_of,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# structure decisions and the PyMC model
+# ---------------------------------------------------------------------------------------------
+
+
+def decide_structure(design: Design) -> dict[str, Any]:
+    """Which effects, slopes and scales exist (rules in the module docstring)."""
+    s: dict[str, Any] = {}
+    nv, nh, nd = len(design.verifiers), len(design.hardware), len(design.drafters)
+    s["verifier_effect"] = nv >= 2
+    s["verifier_scale_learned"] = nv >= LEARN_SCALE_MIN_LEVELS
+    s["hardware_effect"] = nh >= 2
+    s["hardware_scale_learned"] = nh >= LEARN_SCALE_MIN_LEVELS
+    s["drafter_effect"] = nd >= 2 and bool(design.draft_coefs)
+    s["drafter_scale_learned"] = nd >= LEARN_SCALE_MIN_LEVELS
+    s["verifier_size"] = bool(nv >= 3 and np.all(np.isfinite(design.verifier_size)))
+    s["drafter_size"] = bool(
+        design.draft_coefs and nd >= 3 and np.all(np.isfinite(design.drafter_size))
+    )
+    slopes, taus = [], []
+    for c in design.coefs:
+        kind = TREND[c]
+        table = design.dunits if c in DRAFT_COEFS else design.units
+        if kind is not None and len(table):
+            vals = np.round(_trend_value(kind, table["p"], table["g"]), 3)
+            if len(np.unique(vals)) >= SLOPE_MIN_VALUES:
+                slopes.append(c)
+        if len(table) and table["cell"].nunique() >= LEARN_SCALE_MIN_LEVELS:
+            taus.append(c)
+    s["free_slopes"] = slopes
+    s["learned_tau"] = taus
+    return s
+
+
+class LatencyModel:
+    """Holds the ``pm.Model`` of one model level built from a :class:`Design`.
+
+    Parameters
+    ----------
+    design : Design
+    priors : dict, optional
+        Merged over :data:`DEFAULT_PRIORS`.
+    param : Parametrisation, optional
+        Least-squares reference and whitening (computed when absent).
+    """
+
+    def __init__(
+        self, design: Design, priors: dict | None = None, param: Parametrisation | None = None
+    ):
+        self.design = design
+        self.priors = merge_priors(priors)
+        self.param = param or least_squares_reference(design, self.priors)
+        self.structure = decide_structure(design)
+        design.structure = self.structure
+        self.model = self.build_model()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def reference_levels(self) -> dict[str, float]:
+        """Mean least-squares log coefficient per coefficient (centre of the level prior)."""
+        d, p = self.design, self.param
+        out = {}
+        for j, c in enumerate(d.base_coefs):
+            out[c] = float(np.mean(p.ref[p.base_index[:, j]]))
+        for j, c in enumerate(d.draft_coefs):
+            out[c] = float(np.mean(p.ref[p.draft_index[:, j]])) if len(d.dunits) else -10.0
+        return out
+
+    def coords(self) -> dict[str, list]:
+        d = self.design
+        units = d.units
+        coords = {
+            "coef": list(d.coefs),
+            "verifier": d.verifiers,
+            "hardware": d.hardware,
+            "cell": d.cells,
+            "unit": [f"{a}|{b}|{c}" for a, b, c in units[["verifier", "hardware", "cell"]].values],
+            "base_coef": list(d.base_coefs),
+            "param": list(range(self.param.n)),
+            "obs": list(range(len(d.data))),
+        }
+        if d.draft_coefs and len(d.dunits):
+            coords["drafter"] = d.drafters
+            coords["draft_coef"] = list(d.draft_coefs)
+            coords["dunit"] = [
+                "|".join(r) for r in d.dunits[["verifier", "hardware", "drafter", "cell"]].values
+            ]
+        if d.latent_alpha:
+            coords["alpha_key"] = ["|".join(r) for r in d.akeys.values]
+        if self.structure["free_slopes"]:
+            coords["slope_coef"] = self.structure["free_slopes"]
+        if self.structure["learned_tau"]:
+            coords["tau_coef"] = self.structure["learned_tau"]
+        return coords
+
+    def initial_point(self) -> dict[str, np.ndarray]:
+        """Deterministic start: z = 0 (the least-squares point), hypers at their references."""
+        d, s = self.design, self.structure
+        ref = self.reference_levels()
+        init: dict[str, Any] = {
+            "z": np.zeros(self.param.n),
+            "mu": np.array([ref[c] for c in d.coefs]),
+            "sigma0": np.array(self.param.sigma_hat),
+            "gamma": np.array(0.05),
+        }
+        if s["free_slopes"]:
+            init["trend_slope"] = np.array(
+                [self.priors["trend_slope"][c][0] for c in s["free_slopes"]]
+            )
+        if s["learned_tau"]:
+            init["tau"] = np.full(len(s["learned_tau"]), self.priors["cell_sd"] * 0.5)
+        return init
+
+    def trend_matrix(self, table: pd.DataFrame, coefs) -> np.ndarray:
+        """Centred cell-trend covariates ``t_j`` of the units in ``table``, shape (units, coefs)."""
+        d = self.design
+        cols = []
+        for c in coefs:
+            kind = TREND[c]
+            if kind is None:
+                cols.append(np.zeros(len(table)))
+            else:
+                cols.append(_trend_value(kind, table["p"], table["g"]) - d.trend_center[kind])
+        return np.stack(cols, axis=1) if cols else np.zeros((len(table), 0))
+
+    # -- the graph --------------------------------------------------------------------------
+    def build_model(self):
+        """Build the ``pm.Model`` (see the module docstring for the math)."""
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        d, s, pr, par = self.design, self.structure, self.priors, self.param
+        r = d.rows
+        coefs = list(d.coefs)
+        ci = {c: i for i, c in enumerate(coefs)}
+        ref = self.reference_levels()
+        has_draft = bool(d.draft_coefs) and len(d.dunits) > 0
+        with pm.Model(coords=self.coords()) as model:
+            # row covariates (pm.Data so they can be swapped)
+            g = pm.Data("decode", r["g"], dims="obs")
+            k = pm.Data("k", r["k"], dims="obs")
+            a_p = pm.Data("prefill_ratio", r["a_p"], dims="obs")
+            rps = pm.Data("rps", r["rps"], dims="obs")
+            conc = pm.Data("concurrency", r["conc"], dims="obs")
+            closed = pm.Data("closed", r["closed"], dims="obs")
+            unit = pm.Data("unit_idx", r["unit"], dims="obs")
+
+            # hyper-parameters
+            mu = pm.Normal(
+                "mu", mu=np.array([ref[c] for c in coefs]), sigma=pr["level_sd"], dims="coef"
+            )
+            if s["free_slopes"]:
+                means = np.array([pr["trend_slope"][c][0] for c in s["free_slopes"]])
+                sds = np.array([pr["trend_slope"][c][1] for c in s["free_slopes"]])
+                slope_free = pm.Normal("trend_slope", means, sds, dims="slope_coef")
+            slope = []
+            for c in coefs:
+                if c in s["free_slopes"]:
+                    slope.append(slope_free[s["free_slopes"].index(c)])
+                else:
+                    slope.append(pt.as_tensor(float(pr["trend_slope"].get(c, (0.0, 0.0))[0])))
+            slope = pt.stack(slope)
+            if s["learned_tau"]:
+                tau_free = pm.HalfNormal("tau", pr["cell_sd"], dims="tau_coef")
+            tau = []
+            for c in coefs:
+                if c in s["learned_tau"]:
+                    tau.append(tau_free[s["learned_tau"].index(c)])
+                else:
+                    tau.append(pt.as_tensor(float(pr["cell_sd"])))
+            tau = pt.stack(tau)
+
+            def effect(name, dim, on, learned, scale):
+                sc = pm.HalfNormal(f"{name}_scale", scale) if learned else scale
+                return pm.ZeroSumNormal(name, sigma=sc, dims=(on, dim))
+
+            bidx = [ci[c] for c in d.base_coefs]
+            loc_b = pt.zeros((len(d.units), len(bidx))) + mu[bidx][None, :]
+            uv = d.units["verifier"].map({v: i for i, v in enumerate(d.verifiers)}).to_numpy()
+            uh = d.units["hardware"].map({h: i for i, h in enumerate(d.hardware)}).to_numpy()
+            if s["verifier_effect"]:
+                ve = effect(
+                    "verifier_effect",
+                    "verifier",
+                    "base_coef",
+                    s["verifier_scale_learned"],
+                    pr["verifier_sd"],
+                )
+                loc_b = loc_b + ve[:, uv].T
+            if s["hardware_effect"]:
+                he = effect(
+                    "hardware_effect",
+                    "hardware",
+                    "coef",
+                    s["hardware_scale_learned"],
+                    pr["hardware_sd"],
+                )
+                loc_b = loc_b + he[bidx][:, uh].T
+            if s["verifier_size"]:
+                ls = np.log(d.verifier_size) - np.mean(np.log(d.verifier_size))
+                beta = pm.Normal(
+                    "size_slope", pr["size_slope"][0], pr["size_slope"][1], dims="base_coef"
+                )
+                loc_b = loc_b + beta[None, :] * ls[uv][:, None]
+            loc_b = loc_b + slope[bidx][None, :] * self.trend_matrix(d.units, d.base_coefs)
+
+            if has_draft:
+                didx = [ci[c] for c in d.draft_coefs]
+                loc_d = pt.zeros((len(d.dunits), len(didx))) + mu[didx][None, :]
+                dd = d.dunits["drafter"].map({v: i for i, v in enumerate(d.drafters)}).to_numpy()
+                dh = d.dunits["hardware"].map({h: i for i, h in enumerate(d.hardware)}).to_numpy()
+                if s["drafter_effect"]:
+                    de = effect(
+                        "drafter_effect",
+                        "drafter",
+                        "draft_coef",
+                        s["drafter_scale_learned"],
+                        pr["drafter_sd"],
+                    )
+                    loc_d = loc_d + de[:, dd].T
+                if s["hardware_effect"]:
+                    loc_d = loc_d + he[didx][:, dh].T
+                if s["drafter_size"]:
+                    ds = np.log(d.drafter_size) - np.mean(np.log(d.drafter_size))
+                    beta_d = pm.Normal(
+                        "drafter_size_slope",
+                        pr["size_slope"][0],
+                        pr["size_slope"][1],
+                        dims="draft_coef",
+                    )
+                    loc_d = loc_d + beta_d[None, :] * ds[dd][:, None]
+                loc_d = loc_d + slope[didx][None, :] * self.trend_matrix(d.dunits, d.draft_coefs)
+
+            # whitened, partially non-centred unit coefficients:
+            # theta = (H+P)^-1 H theta_ls + (H+P)^-1 P m(hyper) + L z
+            z = pm.Flat("z", dims="param")
+            m_flat = pt.zeros(par.n + 1)
+            m_flat = pt.set_subtensor(m_flat[par.base_index.ravel()], loc_b.ravel())
+            if has_draft:
+                m_flat = pt.set_subtensor(m_flat[par.draft_index.ravel()], loc_d.ravel())
+            if d.latent_alpha:
+                m_flat = pt.set_subtensor(m_flat[par.alpha_index], par.prior_loc_alpha)
+            z_pad = pt.concatenate([z, pt.zeros(1)])
+            theta = (
+                pt.as_tensor(par.const)
+                + pt.sum(pt.as_tensor(par.shrink_val) * m_flat[par.white_idx], axis=1)
+                + pt.sum(pt.as_tensor(par.white_val) * z_pad[par.white_idx], axis=1)
+            )
+            th_base = pm.Deterministic(
+                "log_coef", theta[par.base_index], dims=("unit", "base_coef")
+            )
+            pm.Potential(
+                "unit_prior", pm.logp(pm.Normal.dist(loc_b, tau[bidx][None, :]), th_base).sum()
+            )
+            if has_draft:
+                th_draft = pm.Deterministic(
+                    "log_coef_draft", theta[par.draft_index], dims=("dunit", "draft_coef")
+                )
+                pm.Potential(
+                    "draft_unit_prior",
+                    pm.logp(pm.Normal.dist(loc_d, tau[didx][None, :]), th_draft).sum(),
+                )
+
+            # latent alpha
+            alpha_row = pt.as_tensor(r["alpha"])
+            if d.latent_alpha:
+                la = theta[par.alpha_index]
+                a_, b_ = pr["alpha"]
+                # Beta(a, b) on alpha + log Jacobian of the logit: a log(alpha) + b log(1-alpha)
+                pm.Potential(
+                    "alpha_prior",
+                    (a_ * pt.log(pt.sigmoid(la)) + b_ * pt.log(pt.sigmoid(-la))).sum(),
+                )
+                alpha_lat = pm.Deterministic("alpha", pt.sigmoid(la), dims="alpha_key")
+                has = r["akey"] >= 0
+                alpha_row = pt.switch(
+                    pt.as_tensor(has), alpha_lat[np.maximum(r["akey"], 0)], alpha_row
+                )
+                obs_a = has & np.isfinite(r["alpha_obs"])
+                if obs_a.any():
+                    lo = np.clip(r["alpha_obs"][obs_a], 1e-4, 1 - 1e-4)
+                    pm.Potential(
+                        "alpha_observed",
+                        pm.logp(
+                            pm.Normal.dist(la[r["akey"][obs_a]], pr["alpha_obs_sd"]),
+                            np.log(lo / (1 - lo)),
+                        ).sum(),
+                    )
+
+            # per-row coefficients and the latency law (formulas from laws)
+            cb = pt.exp(th_base)[unit]
+            c = {name: cb[:, j] for j, name in enumerate(d.base_coefs)}
+            c["c1p"] = c["c1p"] * a_p
+            c["c2p"] = c["c2p"] * a_p
+            zero = pt.zeros_like(g)
+            if has_draft:
+                du = np.maximum(r["dunit"], 0)
+                cd = pt.exp(th_draft)[du]
+                isd = pt.as_tensor((r["dunit"] >= 0).astype(float))
+                c["c1d"] = cd[:, 0] * isd
+                c["c2d"] = cd[:, 1] * isd
+            c1, c2 = laws.effective_costs(
+                c["c1p"],
+                c["c1v"],
+                c.get("c1d", zero),
+                c["c2p"],
+                c["c2v"],
+                c.get("c2d", zero),
+                g,
+                alpha_row,
+                k,
+            )
+            if d.model_name == "moe":
+                w = g / laws.expected_tokens(alpha_row, k)
+                c1s, c2s = w * c["c1s"], w * c["c2s"]
+                mr = pt.as_tensor(r["m_ratio"])
+                open_mu = laws.moe_latency_unrolled(
+                    rps, c1, c1s, c2, c2s, mr, 1.0, k, iterations=MOE_ITERATIONS
+                )
+                phi_o = laws.expert_coverage(laws.routed_tokens(rps, open_mu, k), mr, 1.0)
+                phi_c = laws.expert_coverage(conc * (k + 1.0), mr, 1.0)
+                closed_mu = laws.closed_loop_latency(conc, c1 + phi_c * c1s, c2 + phi_c * c2s)
+                x_open = rps * (c2 + phi_o * c2s)
+                x_closed = conc * (c2 + phi_c * c2s) / closed_mu
+            else:
+                open_mu = laws.latency(rps, c1, c2)
+                closed_mu = laws.closed_loop_latency(conc, c1, c2)
+                x_open = rps * c2
+                x_closed = conc * c2 / closed_mu
+            mu_row = pt.switch(closed > 0, closed_mu, open_mu)
+            x = pt.switch(closed > 0, x_closed, x_open)
+            sigma0 = pm.HalfNormal("sigma0", pr["sigma"])
+            gamma = pm.HalfNormal("gamma", pr["noise_growth"])
+            headroom = pt.clip(1.0 - x, 1e-12, 1.0)
+            sigma_row = sigma0 * pt.exp(-gamma * pt.log(headroom))
+            pm.LogNormal(
+                "latency",
+                mu=pt.log(mu_row),
+                sigma=sigma_row,
+                observed=r["latency"],
+                dims="obs",
+            )
+        return model
+
+
+# ---------------------------------------------------------------------------------------------
+# simulation from the model (recovery tests, benchmarks)
+# ---------------------------------------------------------------------------------------------
+
+
+def simulate_sweeps(
+    *,
+    model: str = "sd",
+    verifiers: dict[str, float] | None = None,
+    hardware: tuple[str, ...] = ("H100",),
+    drafters: dict[str, float] | None = None,
+    cells: tuple[tuple[int, int], ...] = ((256, 256), (512, 512), (1024, 256), (256, 1024)),
+    alphas: tuple[float, ...] = (0.6, 0.8, 0.95),
+    ks: tuple[int, ...] = (1, 3, 5),
+    loads: tuple[float, ...] = (0.05, 0.2, 0.35, 0.5, 0.65, 0.8),
+    sigma: float = 0.02,
+    gamma: float = 0.3,
+    cell_sd: float = 0.05,
+    closed_loop: bool = False,
+    unknown_alpha: bool = False,
+    experts: tuple[int, int] = (8, 128),
+    seed: int = 0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Sweeps drawn from the model itself, with known coefficients.
+
+    Coefficients follow the hierarchy: per-coefficient levels typical of an 8B model on one
+    GPU, scaled by verifier size (slope 1 in log parameter count), hardware factors, the cell
+    trends of :data:`TREND` with their default slopes, and per-cell deviations
+    ``N(0, cell_sd)``. Loads are fractions of the configuration's saturation
+    (``x = λ C2``); closed loop uses the concurrency giving those utilisations.
+
+    Returns
+    -------
+    sweeps : DataFrame
+        The sweep schema (``verifier, hardware, drafter, cell, prefill, decode, k, alpha,
+        rps | concurrency, latency``; MoE adds ``experts_per_token, num_experts``).
+    truth : DataFrame
+        One row per (verifier, hardware, drafter, cell) with the true ``c1p … c2d``
+        (and ``c1s, c2s``) in seconds.
+    """
+    rng = np.random.default_rng(seed)
+    verifiers = verifiers or {"V8B": 8e9}
+    drafters = drafters or {"D1B": 1e9}
+    level = {  # log seconds at 8B, p = g = 512 (kv = 768)
+        "c1p": np.log(0.02),
+        "c1v": np.log(0.012),
+        "c2p": np.log(0.004),
+        "c2v": np.log(1.0e-4),
+        "c1d": np.log(0.0015),
+        "c2d": np.log(1.0e-5),
+        "c1s": np.log(0.004),
+        "c2s": np.log(3.0e-5),
+    }
+    slopes = {c: DEFAULT_PRIORS["trend_slope"].get(c, (0.0, 0.0))[0] for c in level}
+    center = {"p": np.log(512.0), "kv": np.log(768.0)}
+    hw_factor = {h: rng.normal(0, 0.3, size=len(level)) for h in hardware}
+    rows, truth = [], []
+    for v, vsize in verifiers.items():
+        v_dev = rng.normal(0, 0.1, size=len(level))
+        for h in hardware:
+            for ci, (p, g) in enumerate(cells):
+                cell = f"{p}x{g}"
+                theta = {}
+                for j, c in enumerate(level):
+                    kind = TREND[c]
+                    t = (_trend_value(kind, p, g) - center[kind]) if kind else 0.0
+                    size = np.log(vsize / 8e9) if c not in DRAFT_COEFS else 0.0
+                    theta[c] = (
+                        level[c]
+                        + size
+                        + v_dev[j]
+                        + hw_factor[h][j]
+                        + slopes[c] * t
+                        + rng.normal(0, cell_sd)
+                    )
+                del ci
+                for dname, dsize in [("none", 0.0), *drafters.items()]:
+                    th = dict(theta)
+                    if dname != "none":
+                        for c in DRAFT_COEFS:
+                            th[c] = theta[c] + np.log(dsize / 1e9)
+                    coef = {c: float(np.exp(val)) for c, val in th.items()}
+                    truth.append(
+                        {"verifier": v, "hardware": h, "drafter": dname, "cell": cell, **coef}
+                    )
+                    configs = (
+                        [(np.nan, 0)] if dname == "none" else [(a, kk) for a in alphas for kk in ks]
+                    )
+                    for a, kk in configs:
+                        rrows = {
+                            "g": np.full(len(loads), float(g)),
+                            "k": np.full(len(loads), float(kk)),
+                            "m_ratio": np.full(len(loads), experts[0] / experts[1]),
+                        }
+                        cc = {c: np.full(len(loads), coef[c]) for c in coef}
+                        if model == "dense":
+                            cc["c1d"] = cc["c2d"] = np.zeros(len(loads))
+                        aa = np.full(len(loads), 0.5 if np.isnan(a) else a)
+                        c1, c2 = laws.effective_costs(
+                            cc["c1p"],
+                            cc["c1v"],
+                            cc["c1d"],
+                            cc["c2p"],
+                            cc["c2v"],
+                            cc["c2d"],
+                            rrows["g"],
+                            aa,
+                            rrows["k"],
+                        )
+                        if model == "moe":
+                            c2 = c2 + rrows["g"] / laws.expected_tokens(aa, rrows["k"]) * cc["c2s"]
+                        if closed_loop:
+                            # concurrency giving utilisation x: N C2 / (C1 + N C2) = x
+                            conc = np.maximum(
+                                1.0, np.round(np.asarray(loads) / (1 - np.asarray(loads)) * c1 / c2)
+                            )
+                            conc = np.unique(conc)
+                            rrows = {kk2: vv[: len(conc)] for kk2, vv in rrows.items()}
+                            cc = {c: vv[: len(conc)] for c, vv in cc.items()}
+                            aa = aa[: len(conc)]
+                            rrows["rps"] = np.zeros(len(conc))
+                            rrows["conc"] = conc
+                            rrows["closed"] = np.ones(len(conc))
+                        else:
+                            rrows["rps"] = np.asarray(loads) / c2
+                            rrows["conc"] = np.zeros(len(loads))
+                            rrows["closed"] = np.zeros(len(loads))
+                        rc = dict(cc)
+                        mu, x = forward_numpy(rc, rrows, aa, moe=(model == "moe"))
+                        noise = sigma * (1 - np.clip(x, 0, 0.99)) ** (-gamma)
+                        lat = mu * np.exp(rng.normal(0, 1, size=len(mu)) * noise)
+                        for i in range(len(mu)):
+                            row = {
+                                "verifier": v,
+                                "hardware": h,
+                                "drafter": dname,
+                                "cell": cell,
+                                "prefill": float(p),
+                                "decode": float(g),
+                                "k": int(kk),
+                                "alpha": a,
+                                "latency": float(lat[i]),
+                                "verifier_params": vsize,
+                            }
+                            if closed_loop:
+                                row["concurrency"] = float(rrows["conc"][i])
+                                row["rps"] = np.nan
+                            else:
+                                row["rps"] = float(rrows["rps"][i])
+                            if unknown_alpha and dname != "none":
+                                row["alpha"] = np.nan
+                            if model == "moe":
+                                row["experts_per_token"] = experts[0]
+                                row["num_experts"] = experts[1]
+                            rows.append(row)
+    df = pd.DataFrame(rows)
+    if model == "dense":
+        df = df[df["k"] == 0].reset_index(drop=True)
+    truth_df = pd.DataFrame(truth)
+    if model != "moe":
+        truth_df = truth_df.drop(columns=["c1s", "c2s"])
+    return df, truth_df
