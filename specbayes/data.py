@@ -22,11 +22,13 @@ Saturation rules (a row is excluded when any holds)
     open loop: achieved ``rps`` below ``target_tolerance`` (default 0.9) × ``target_rps`` —
     the server could not keep up with the offered load.
 ``latency_growth``
-    within one sweep (same configuration, ≥ 4 points ordered by load), the lower half of
-    the points fixes the unsaturated law — ``1/L`` linear in ``rps`` for open loop
-    (``1/L = 1/C1 − rps·C2/C1``), ``L`` linear in ``concurrency`` for closed loop — and a
-    higher-load point whose latency exceeds ``growth_factor`` (default 2) × that law's
-    prediction, or lies past its asymptote, is past the unsaturated regime.
+    within one sweep (:func:`sweep_labels`; ≥ 4 points ordered by load), each point from
+    the fourth on is compared with the unsaturated law fitted to the lighter-load points
+    not flagged before it — ``1/L`` linear in ``rps`` for open loop
+    (``1/L = 1/C1 − rps·C2/C1``, slope ≤ 0), ``L`` linear in ``concurrency`` for closed
+    loop (slope ≥ 0; a fitted slope of the wrong sign is noise and is set to 0). A point
+    whose latency exceeds ``growth_factor`` (default 2) × that prediction is past the
+    unsaturated regime (a knee), and is left out of the fits for the points after it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "SweepValidationError",
     "cell_label",
     "read_sweeps",
+    "sweep_labels",
     "validate_sweeps",
 ]
 
@@ -88,6 +91,7 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "strategy": "load strategy: synchronous, throughput, constant, poisson, concurrent",
     "seed": "simulator seed",
     "source": "file or generator the row came from",
+    "sweep": "label of one configuration swept over load (default: derived, see sweep_labels)",
 }
 
 _TEXT = {
@@ -153,6 +157,42 @@ def cell_label(prefill: Iterable[float], decode: Iterable[float]) -> pd.Series:
     p = np.rint(np.asarray(prefill, dtype=float)).astype(int)
     g = np.rint(np.asarray(decode, dtype=float)).astype(int)
     return pd.Series([f"{a}x{b}" for a, b in zip(p, g, strict=True)])
+
+
+def sweep_labels(df: pd.DataFrame) -> pd.Series:
+    """Label of the sweep (one configuration over load) each row belongs to.
+
+    Simulated and forced-acceptance sweeps are identified by :data:`CONFIG_COLUMNS`
+    (alpha is a setting). Where alpha was *measured* per point (``alpha_source`` is
+    ``marginal`` or ``acceptance_length``) it varies a little along the sweep, so it is left
+    out of the key. Open- and closed-loop rows never share a sweep. An explicit ``sweep``
+    column, where filled, wins.
+    """
+    measured = df.get("alpha_source", pd.Series("", index=df.index)).isin(
+        ["marginal", "acceptance_length"]
+    )
+    alpha = (
+        df["alpha"].map(lambda a: "-" if pd.isna(a) else f"{a:.6g}").where(~measured, "measured")
+    )
+    closed = np.where(df["concurrency"].notna(), "closed", "open")
+    label = (
+        df["verifier"]
+        + "|"
+        + df["drafter"]
+        + "|"
+        + df["hardware"]
+        + "|"
+        + df["cell"]
+        + "|k="
+        + df["k"].astype(str)
+        + "|alpha="
+        + alpha
+        + "|"
+        + closed
+    )
+    if "sweep" in df:
+        label = df["sweep"].where(df["sweep"].notna() & (df["sweep"].astype(str) != ""), label)
+    return label.astype(str)
 
 
 def read_sweeps(path: str | Path) -> pd.DataFrame:
@@ -331,30 +371,45 @@ def _duplicates(df: pd.DataFrame, violations: list) -> pd.Series:
     return reason
 
 
+def _signed_line(x: np.ndarray, y: np.ndarray, sign: int) -> tuple[float, float]:
+    """Least-squares line whose slope has the given sign (0 when the data say otherwise)."""
+    slope, icpt = np.polyfit(x, y, 1)
+    if slope * sign < 0:
+        slope, icpt = 0.0, float(np.mean(y))
+    return float(slope), float(icpt)
+
+
+def _law_prediction(x: np.ndarray, lat: np.ndarray, at: float, closed: bool) -> float:
+    """Latency at load ``at`` from the latency law fitted to (x, lat).
+
+    The law's sign is known — L rises with N (closed loop), 1/L falls with rps (open
+    loop) — so a noisy, flat low-load stretch never extrapolates to a falling latency.
+    """
+    if closed:
+        slope, icpt = _signed_line(x, lat, sign=+1)
+        return icpt + slope * at
+    slope, icpt = _signed_line(x, 1.0 / lat, sign=-1)
+    inv = icpt + slope * at
+    return 1.0 / inv if inv > 0 else np.inf
+
+
 def _growth_flags(df: pd.DataFrame, growth_factor: float) -> pd.Series:
     flags = pd.Series(False, index=df.index)
-    for _, sweep in df.groupby([*CONFIG_COLUMNS, "closed"], dropna=False, sort=False):
+    for _, sweep in df.groupby("sweep", sort=False):
         if len(sweep) < 4:
             continue
         closed = bool(sweep["closed"].iloc[0])
-        load = sweep["concurrency"] if closed else sweep["rps"]
-        order = np.argsort(load.to_numpy(), kind="stable")
-        x = load.to_numpy()[order]
-        lat = sweep["latency"].to_numpy()[order]
-        n_fit = max(3, len(x) // 2)
-        if np.ptp(x[:n_fit]) <= 0:
-            continue
-        if closed:
-            slope, icpt = np.polyfit(x[:n_fit], lat[:n_fit], 1)
-            predicted = icpt + slope * x
-        else:
-            slope, icpt = np.polyfit(x[:n_fit], 1.0 / lat[:n_fit], 1)
-            inv = icpt + slope * x
-            with np.errstate(divide="ignore"):
-                predicted = np.where(inv > 0, 1.0 / inv, np.inf)
-        past = np.zeros(len(x), dtype=bool)
-        past[n_fit:] = ~(lat[n_fit:] <= growth_factor * predicted[n_fit:])
-        flags[sweep.index[order][past]] = True
+        load = (sweep["concurrency"] if closed else sweep["rps"]).to_numpy(float)
+        order = np.argsort(load, kind="stable")
+        x, lat = load[order], sweep["latency"].to_numpy(float)[order]
+        kept = np.ones(len(x), dtype=bool)
+        for i in range(3, len(x)):
+            fit_x, fit_lat = x[:i][kept[:i]], lat[:i][kept[:i]]
+            if len(fit_x) < 3 or np.ptp(fit_x) <= 0:
+                continue
+            if lat[i] > growth_factor * _law_prediction(fit_x, fit_lat, x[i], closed):
+                kept[i] = False
+        flags[sweep.index[order][~kept]] = True
     return flags
 
 
@@ -415,6 +470,7 @@ def validate_sweeps(
         raise SweepValidationError(source, violations)
 
     df["closed"] = df["concurrency"].notna()
+    df["sweep"] = sweep_labels(df)
     reasons = {
         name: pd.Series(False, index=df.index)
         for name in ("explicit", "preempted", "rate_shortfall", "latency_growth")

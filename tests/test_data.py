@@ -187,3 +187,37 @@ def test_read_sweeps_csv_and_parquet(tmp_path, sweeps):
     (tmp_path / "s.txt").write_text("x")
     with pytest.raises(ValueError, match="unsupported sweep file type"):
         data.read_sweeps(tmp_path / "s.txt")
+
+
+def test_measured_alpha_rows_form_one_sweep():
+    df = law_sweep(3, 0.7)
+    df = df.drop(columns="alpha").assign(
+        acceptance_length=laws.expected_tokens(np.linspace(0.68, 0.72, len(df)), 3)
+    )
+    table = data.validate_sweeps(df)
+    assert table.data["sweep"].nunique() == 1
+    assert "alpha=measured" in table.data["sweep"].iloc[0]
+    explicit = df.assign(sweep="my-sweep")
+    assert set(data.validate_sweeps(explicit).data["sweep"]) == {"my-sweep"}
+
+
+def test_growth_rule_flat_low_load_stretch_is_not_a_knee():
+    # real closed-loop sweeps are flat (and noisy) at low N: N = 1..4 alone would
+    # extrapolate a flat line; the sequential rule uses every lighter point
+    n = np.array([1, 2, 4, 8, 16, 32, 64, 128.0])
+    lat = 3.3 + 0.08 * n + np.array([0.1, -0.1, 0.05, 0.0, 0.1, -0.2, 0.3, 0.0])
+    df = pd.DataFrame(
+        dict(
+            verifier="V",
+            hardware="B200",
+            prefill=190,
+            decode=760,
+            k=0,
+            rps=n / lat,
+            concurrency=n,
+            latency=lat,
+        )
+    )
+    assert data.validate_sweeps(df).excluded.empty
+    df.loc[7, "latency"] = 60.0  # a real knee: 4x the line
+    assert list(data.validate_sweeps(df).excluded.index) == [7]
