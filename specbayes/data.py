@@ -103,6 +103,7 @@ _TEXT = {
     "latency_source",
     "strategy",
     "source",
+    "sweep",
 }
 
 #: Columns that identify one configuration (one sweep over load).
