@@ -127,7 +127,20 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
     never saw are predicted by the model (trend plus a per-cell deviation drawn from its
     prior); an unknown verifier or hardware raises ``ValueError`` from the fit.
     """
-    ds = fit.coefficients(pd.concat([a.row() for a in arms], ignore_index=True))
+    if getattr(fit, "model_name", "sd") == "moe":
+        raise ValueError(
+            "the planner evaluates the sd cycle law; planning with the MoE coverage fixed point "
+            "is not built yet — fit the sd model for planning"
+        )
+    # ask for SD rows (k >= 1) so the drafter coefficients are filled; a fit that knows no
+    # drafter for this verifier answers for dense rows only
+    rows = pd.concat([replace(a, k=max(a.k, 1)).row() for a in arms], ignore_index=True)
+    try:
+        ds = fit.coefficients(rows)
+    except ValueError:
+        if any(a.k > 0 for a in arms):
+            raise
+        ds = fit.coefficients(pd.concat([a.row() for a in arms], ignore_index=True))
     return [
         {name: np.asarray(ds[name].isel(row=i).values, dtype=float) for name in COEFFICIENTS}
         for i in range(len(arms))

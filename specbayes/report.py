@@ -281,7 +281,22 @@ def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
     if callable(diag):
         try:
             d = diag()
-            lines += ["## Sampler health", "", markdown_table(d.reset_index()), ""]
+            per_var = d.groupby("variable", sort=False).agg(
+                elements=("r_hat", "size"),
+                max_r_hat=("r_hat", "max"),
+                min_ess_bulk=("ess_bulk", "min"),
+                min_ess_tail=("ess_tail", "min"),
+            )
+            divergences = int(d["divergences"].iloc[0]) if "divergences" in d else 0
+            lines += [
+                "## Sampler health",
+                "",
+                f"{divergences} divergent transitions; worst R-hat {d.r_hat.max():.3f}, lowest "
+                f"bulk ESS {d.ess_bulk.min():.0f} (thresholds: 0, ≤ 1.01, ≥ 400).",
+                "",
+                markdown_table(per_var.reset_index()),
+                "",
+            ]
         except Exception as exc:  # a report must still be written
             lines += [f"(diagnostics unavailable: {exc})", ""]
     lines += [
@@ -299,8 +314,8 @@ def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
         )
     lines += [
         "- `k_map.png` — the draft length with the lowest expected latency at each "
-        "(acceptance rate, load). k falls as load rises: the k that is best at batch 1 is "
-        "wrong at high throughput.",
+        "(acceptance rate, load). Where C2R > 1 the best k falls as load rises (the k that is "
+        "best at batch 1 is then wrong at high throughput); compare the left and right edges.",
         "- `cost_ratios.png` — C1R (SD/dense fixed cost) and C2R (SD/dense per-request load "
         "cost) vs k. C1R < 1 gives the zero-load speedup; C2R > 1 means the speedup shrinks "
         "with load and turns into a slowdown past the break-even rate (red circles: P > 0.9).",

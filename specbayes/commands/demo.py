@@ -45,14 +45,19 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     sweeps = demo_data(args.seed)
     print(f"[2/3] fitting the sd model to {len(sweeps)} sweep points …")
-    config = {"random_seed": args.seed}
+    config = {"seed": args.seed}
     if args.draws:
         config["draws"] = args.draws
     result = fit(sweeps, model="sd", sampler_config=config, progress=True)
     args.out.mkdir(parents=True, exist_ok=True)
     result.save(args.out / "fit.nc")
-    diag = result.diagnostics()
-    print(diag.to_string())
+    health = result.summary()
+    verdict = "healthy" if health["healthy"] else "NOT HEALTHY — do not trust the answers below"
+    print(
+        f"      sampler: {health['divergences']} divergences, max R-hat "
+        f"{health['max_r_hat']:.3f}, min bulk ESS {health['min_ess_bulk']:.0f}, "
+        f"{health['wall_s']:.0f} s — {verdict}"
+    )
     print(f"[3/3] writing the report to {args.out}/ …")
     head = write_report(result, args.out)
     print("\nHeadline answers")
