@@ -18,7 +18,11 @@ __all__ = [
     "plot_capacity",
     "plot_collapse",
     "plot_cost_ratios",
+    "plot_coverage",
+    "plot_heldout",
     "plot_k_map",
+    "plot_pareto_k",
+    "plot_pit",
     "plot_speedup",
 ]
 
@@ -178,4 +182,92 @@ def plot_capacity(curves: pd.DataFrame, *, ax=None, title: str | None = None):
     ax.set_title(title or "Capacity under a latency SLO")
     ax.legend(fontsize=8, ncol=2)
     ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_heldout(predictions: pd.DataFrame, *, ax=None, title: str | None = None):
+    """Held-out latency: predicted (posterior mean, 90 % predictive interval) vs observed.
+
+    Parameters
+    ----------
+    predictions : pandas.DataFrame
+        ``LeaveNOut.predictions`` (columns ``latency, predicted, method``; ``lo90, hi90``
+        where the method has a predictive distribution).
+    """
+    fig, ax = _axes(ax, figsize=(5.6, 5.2))
+    for i, (method, sub) in enumerate(predictions.groupby("method", sort=True)):
+        color = f"C{i % 10}"
+        if "lo90" in sub and sub["lo90"].notna().any():
+            err = np.vstack([sub.predicted - sub.lo90, sub.hi90 - sub.predicted]).clip(min=0)
+            ax.errorbar(
+                sub.latency, sub.predicted, yerr=err, fmt="none", ecolor=color, alpha=0.25, lw=0.8
+            )
+        ax.scatter(sub.latency, sub.predicted, s=8, color=color, alpha=0.7, label=method)
+    lo = float(np.nanmin(predictions[["latency", "predicted"]].to_numpy()))
+    hi = float(np.nanmax(predictions[["latency", "predicted"]].to_numpy()))
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("observed mean latency (s)")
+    ax.set_ylabel("predicted (s)")
+    ax.set_title(title or "Held-out cells: predicted vs observed")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_coverage(pit: Mapping, *, ax=None):
+    """Empirical coverage of central predictive intervals vs their nominal level.
+
+    Parameters
+    ----------
+    pit : mapping (n, method) -> array of PIT values
+        A row is inside the central q-interval when its PIT lies in [(1−q)/2, (1+q)/2].
+    """
+    fig, ax = _axes(ax, figsize=(5.2, 4.6))
+    levels = np.linspace(0.05, 0.95, 19)
+    for i, ((n, method), values) in enumerate(sorted(pit.items())):
+        v = np.asarray(values)
+        cov = [np.mean((v >= (1 - q) / 2) & (v <= (1 + q) / 2)) for q in levels]
+        ax.plot(levels, cov, marker=".", color=f"C{i % 10}", label=f"{method}, n={n}")
+    ax.plot([0, 1], [0, 1], color="black", lw=1, ls="--", label="calibrated")
+    ax.set_xlabel("nominal interval probability")
+    ax.set_ylabel("share of held-out rows inside")
+    ax.set_title("Predictive interval coverage on held-out cells")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_pit(pit: Mapping, *, ax=None, bins: int = 10):
+    """Histograms of PIT values of held-out rows (flat when calibrated)."""
+    fig, ax = _axes(ax)
+    for i, ((n, method), values) in enumerate(sorted(pit.items())):
+        ax.hist(
+            values,
+            bins=bins,
+            range=(0, 1),
+            density=True,
+            histtype="step",
+            lw=1.5,
+            color=f"C{i % 10}",
+            label=f"{method}, n={n}",
+        )
+    ax.axhline(1.0, color="black", lw=1, ls="--")
+    ax.set_xlabel("PIT  P(predicted ≤ observed)")
+    ax.set_ylabel("density")
+    ax.set_title("PIT of held-out rows: U-shape = too narrow, hump = too wide")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_pareto_k(pareto_k: np.ndarray, *, ax=None):
+    """PSIS-LOO Pareto k of every observation (k > 0.7: LOO unreliable for that point)."""
+    fig, ax = _axes(ax)
+    k = np.asarray(pareto_k, dtype=float)
+    ax.scatter(np.arange(k.size), k, s=6, alpha=0.6)
+    for level, color in ((0.5, "orange"), (0.7, "red")):
+        ax.axhline(level, color=color, lw=1, ls="--")
+    ax.set_xlabel("observation")
+    ax.set_ylabel("Pareto k")
+    ax.set_title(f"PSIS-LOO Pareto k ({np.mean(k > 0.7):.1%} above 0.7)")
     return fig
