@@ -20,8 +20,8 @@ Measured quantities (over the measurement window; warm-up and cool-down excluded
   acceptance counts, :math:`\hat\alpha = \sum a / (\sum a + \#\{a < k\})`;
 * ``saturated`` with ``saturation_reason``: throughput mode; preemptions; achieved rate
   < 95 % of the target; latency still growing (last quarter of the window > 1.5 × first);
-  the running batch at ``max_num_seqs``; or requests queueing for admission (time-average
-  waiting > 1 + 10 % of the running batch).
+  the running batch within 10 % of ``max_num_seqs``; or requests queueing for admission
+  (time-average waiting > 1 + 10 % of the running batch).
 """
 
 from __future__ import annotations
@@ -338,8 +338,8 @@ def run_point(
         q = max(2, lw.size // 4)
         if lw.size >= 8 and lw[-q:].mean() > 1.5 * lw[:q].mean():
             reasons.append("latency still growing across the window (queue unstable)")
-        if mean_batch >= 0.97 * e.max_num_seqs:
-            reasons.append(f"running batch at max_num_seqs ({e.max_num_seqs})")
+        if mean_batch >= 0.9 * e.max_num_seqs:
+            reasons.append(f"running batch within 10% of max_num_seqs ({e.max_num_seqs})")
         elif in_system - mean_batch > 1.0 + 0.1 * mean_batch:
             reasons.append(
                 f"{in_system - mean_batch:.1f} requests waiting for admission on average"
