@@ -61,12 +61,12 @@ __all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "Fit", "fit", "load_fit"]
 SAMPLER_DEFAULTS: dict[str, Any] = {
     "sampler": "nutpie",
     "chains": 4,
-    "draws": 1000,
-    "tune": 1000,
+    "draws": 750,
+    "tune": 750,
     "cores": None,  # None: min(chains, CPUs)
     "seed": 20260,
     "low_rank": True,  # nutpie's low-rank modified mass matrix
-    "target_accept": 0.95,
+    "target_accept": 0.98,
     "pointwise_max": 4_000_000,
 }
 

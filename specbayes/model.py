@@ -308,8 +308,10 @@ def build_design(data: pd.DataFrame, model_name: str) -> Design:
     df["closed"] = df["concurrency"].notna()
     load = np.where(df["closed"], df["concurrency"], df["rps"])
     cfg = ["verifier", "hardware", "drafter", "cell", "k", "closed"]
-    alpha_key = df["alpha"].round(6).fillna(-1.0)
-    nlev = pd.Series(np.round(load, 9)).groupby([df[c] for c in cfg] + [alpha_key]).nunique()
+    # a given alpha is a configuration setting; a measured one varies point to point
+    set_alpha = df["alpha"].where(df.get("alpha_source", "given") == "given").round(6)
+    keys = [df[c] for c in cfg] + [set_alpha.fillna(-1.0)]
+    nlev = pd.Series(np.round(load, 9)).groupby(keys).nunique()
     if nlev.max() < 2:
         raise ValueError(
             "every configuration has a single load level (one rate or concurrency): the "
@@ -677,6 +679,33 @@ def _start_values(design: Design, layout, blocks) -> np.ndarray:
     return theta
 
 
+def _pooled_location(design, theta, base_index, draft_index, alpha_index, priors) -> np.ndarray:
+    """Hierarchical location of every parameter given the current unit values.
+
+    Per coefficient and (verifier, hardware) group [drafter: (drafter, hardware)], the mean
+    of ``theta - slope0 * t`` over the group's cells plus ``slope0 * t`` of the unit, with
+    ``slope0`` the prior mean slope of the cell trend; latent alphas at their prior location.
+    """
+    loc = np.zeros(len(theta))
+    a, b_ = priors["alpha"]
+    loc[alpha_index] = np.log(a / b_) if len(alpha_index) else 0.0
+    for table, index, coefs, keys in (
+        (design.units, base_index, design.base_coefs, ["verifier", "hardware"]),
+        (design.dunits, draft_index, design.draft_coefs, ["drafter", "hardware"]),
+    ):
+        if not len(table) or not coefs:
+            continue
+        groups = table.groupby(keys, sort=False).indices
+        for j, c in enumerate(coefs):
+            kind = TREND[c]
+            slope0 = priors["trend_slope"].get(c, (0.0, 0.0))[0]
+            t = _trend_value(kind, table["p"], table["g"]) if kind else np.zeros(len(table))
+            val = theta[index[:, j]] - slope0 * t
+            for members in groups.values():
+                loc[index[members, j]] = val[members].mean() + slope0 * t[members]
+    return loc
+
+
 def least_squares_reference(design: Design, priors: dict | None = None) -> Parametrisation:
     """Per-block least squares (log scale) and the Gauss–Newton whitening around it.
 
@@ -704,32 +733,49 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     for b, members in enumerate(blocks):
         block_of[members] = b
     row_block = block_of[base_index[design.rows["unit"], 0]]
-    ridge = 1e-3
+    cell_sd = float(priors["cell_sd"])
+    is_alpha = np.zeros(n, dtype=bool)
+    is_alpha[alpha_index] = len(alpha_index) > 0
+    prior_sd = np.where(is_alpha, 1.0, cell_sd)
     residuals = np.zeros(len(design.data))
-    for b, members in enumerate(blocks):
-        rows_sel = np.flatnonzero(row_block == b)
-        start = theta[members].copy()
 
-        def fun(p, members=members, rows_sel=rows_sel, start=start):
+    def solve(b: int, target: np.ndarray, weight: np.ndarray) -> None:
+        members = blocks[b]
+        rows_sel = np.flatnonzero(row_block == b)
+
+        def fun(p):
             th = theta.copy()
             th[members] = p
             res, _, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
             res = np.where(bad, 1e3, res)
-            return np.concatenate([res, ridge * (p - start)])
+            return np.concatenate([res, weight * (p - target)])
 
-        def jac(p, members=members, rows_sel=rows_sel):
+        def jac(p):
             th = theta.copy()
             th[members] = p
             _, jm, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
             jm = np.where(bad[:, None], 0.0, -jm)
-            return np.vstack([jm, ridge * np.eye(len(members))])
+            return np.vstack([jm, np.diag(weight)])
 
-        sol = least_squares(fun, start, jac=jac, method="trf", x_scale="jac", max_nfev=200)
-        theta[members] = sol.x
-        res, _, bad, _ = _residual_jacobian(theta, design, layout, rows_sel, members)
+        sol = least_squares(fun, theta[members], jac=jac, method="trf", x_scale="jac", max_nfev=200)
+        th = theta.copy()
+        th[members] = sol.x
+        res, _, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
         if bad.any():
             raise RuntimeError(f"least-squares start infeasible in block {b}")
+        theta[members] = sol.x
         residuals[rows_sel] = res
+
+    # pass 1: plain least squares per block (a tiny ridge keeps unseen directions put)
+    for b, members in enumerate(blocks):
+        solve(b, theta[members].copy(), np.full(len(members), 1e-3))
+    # passes 2-3: penalised toward the pooled location (an empirical-Bayes mode), so that
+    # coefficients the data barely see sit where the hierarchy puts them, not at noise
+    for _ in range(2):
+        sig = float(max(np.sqrt(np.mean(residuals**2)), 1e-3))
+        target = _pooled_location(design, theta, base_index, draft_index, alpha_index, priors)
+        for b, members in enumerate(blocks):
+            solve(b, target[members], sig / prior_sd[members])
     sigma_hat = float(max(np.sqrt(np.mean(residuals**2)), 1e-3))
 
     # whitening per block
@@ -739,9 +785,6 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     shrink_val = np.zeros((n, bmax))
     const = np.zeros(n)
     weak = np.zeros(n, dtype=bool)
-    cell_sd = float(priors["cell_sd"])
-    is_alpha = np.zeros(n, dtype=bool)
-    is_alpha[alpha_index] = len(alpha_index) > 0
     for b, members in enumerate(blocks):
         rows_sel = np.flatnonzero(row_block == b)
         _, jm, _, _ = _residual_jacobian(theta, design, layout, rows_sel, members)

@@ -1,0 +1,274 @@
+"""Short real fits with fixed seeds: health, recovery, prediction, persistence, CLI, bad input.
+
+The default tier fits one small model-simulated data set once (4 chains, default draws) and
+checks the health thresholds honestly; ``slow`` tests cover the other model levels, latent
+alpha, closed loop and recovery over several seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specbayes.data import validate_sweeps
+from specbayes.fit import THRESHOLDS, Fit, fit, load_fit
+from specbayes.model import simulate_sweeps
+
+SEED = 1
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return simulate_sweeps(seed=SEED)
+
+
+@pytest.fixture(scope="module")
+def sd_fit(sim) -> Fit:
+    df, _ = sim
+    return fit(df, model="sd", sampler_config={"seed": SEED}, progress=False)
+
+
+def _coverage(f: Fit, truth: pd.DataFrame, level: float = 0.9) -> pd.Series:
+    """Share of true unit coefficients inside the central ``level`` interval, per coefficient."""
+    rows = truth.rename(columns={})
+    rows = rows.assign(prefill=rows["cell"].str.split("x").str[0].astype(float))
+    rows = rows.assign(decode=rows["cell"].str.split("x").str[1].astype(float))
+    rows["k"] = np.where(rows["drafter"] == "none", 0, 1)
+    coefs = f.coefficients(rows)
+    lo, hi = (1 - level) / 2, (1 + level) / 2
+    out = {}
+    for c in coefs.data_vars:
+        if c not in truth:
+            continue
+        use = rows["drafter"] != "none" if c in ("c1d", "c2d") else rows["drafter"] == "none"
+        q = coefs[c].quantile([lo, hi], dim="sample").values[:, use.to_numpy()]
+        t = truth.loc[use, c].to_numpy()
+        out[c] = float(np.mean((q[0] <= t) & (t <= q[1])))
+    return pd.Series(out)
+
+
+def test_sd_fit_is_healthy(sd_fit):
+    s = sd_fit.summary()
+    assert s["divergences"] == THRESHOLDS["divergences"]
+    assert s["max_r_hat"] <= THRESHOLDS["r_hat"]
+    assert s["min_ess_bulk"] >= THRESHOLDS["ess_bulk"]
+    assert sd_fit.healthy
+    diag = sd_fit.diagnostics()
+    assert {"variable", "r_hat", "ess_bulk", "ess_tail", "divergences"} <= set(diag.columns)
+    assert {"mu", "log_coef", "log_coef_draft", "sigma0"} <= set(diag["variable"])
+
+
+def test_sd_fit_recovers_coefficients(sd_fit, sim):
+    _, truth = sim
+    cov = _coverage(sd_fit, truth)
+    # 90 % intervals: 24 units x 6 coefficients; allow sampling variation of the rate
+    assert cov.mean() >= 0.75, cov
+    # the well-identified verifier-pass coefficients are tight and on target
+    rows = truth[truth["drafter"] == "none"].assign(prefill=256.0, decode=256.0, k=0)
+    rows = rows[rows["cell"] == "256x256"]
+    med = sd_fit.coefficients(rows)["c2v"].median("sample").values
+    assert med == pytest.approx(rows["c2v"].to_numpy(), rel=0.1)
+
+
+def test_idata_groups_and_attrs(sd_fit):
+    groups = set(sd_fit.idata.groups())
+    assert {
+        "posterior",
+        "posterior_predictive",
+        "log_likelihood",
+        "observed_data",
+        "constant_data",
+        "sample_stats",
+    } <= groups
+    assert sd_fit.idata.attrs["model"] == "sd"
+    assert "sampler_config" in sd_fit.idata.attrs["config"]
+    assert "specbayes_version" in sd_fit.idata.attrs
+    n = len(sd_fit.data)
+    assert sd_fit.idata.log_likelihood["latency"].sizes["obs"] == n
+    assert np.isfinite(sd_fit.idata.log_likelihood["latency"].values).all()
+
+
+def test_predictions_cover_the_data(sd_fit):
+    y = sd_fit.data["latency"].to_numpy()
+    mu = sd_fit.mean_latency(sd_fit.data)
+    assert mu.dims == ("sample", "row")
+    assert np.median(np.abs(np.log(mu.median("sample").values / y))) < 0.03
+    pred = sd_fit.predict(sd_fit.data)
+    lo, hi = np.quantile(pred.values, [0.05, 0.95], axis=0)
+    assert 0.8 <= np.mean((y >= lo) & (y <= hi)) <= 1.0
+
+
+def test_unseen_cell_is_predicted_from_the_trend(sd_fit):
+    rows = pd.DataFrame(
+        dict(
+            verifier="V8B",
+            hardware="H100",
+            drafter="D1B",
+            prefill=768.0,
+            decode=384.0,
+            k=[0, 3],
+            alpha=[np.nan, 0.8],
+            rps=0.5,
+        )
+    )
+    coefs = sd_fit.coefficients(rows)
+    assert set(coefs.data_vars) == {"c1p", "c1v", "c1d", "c2p", "c2v", "c2d"}
+    assert coefs.sizes["row"] == 2
+    assert (coefs["c1d"].values[:, 0] == 0).all() and (coefs["c1d"].values[:, 1] > 0).all()
+    # one deviation draw per unseen cell, shared by its rows
+    np.testing.assert_array_equal(coefs["c2v"].values[:, 0], coefs["c2v"].values[:, 1])
+    # wider than a seen cell but finite and positive
+    lat = sd_fit.mean_latency(rows)
+    assert np.isfinite(lat.values).mean() > 0.99
+
+
+def test_round_trip_predicts_identically(sd_fit, tmp_path):
+    path = sd_fit.save(tmp_path / "fit.nc")
+    back = load_fit(path)
+    assert back.model_name == "sd"
+    rows = sd_fit.data.iloc[[0, 7, 50]].copy()
+    unseen = rows.assign(prefill=640.0, decode=300.0, cell=np.nan)
+    for r in (rows, unseen):
+        np.testing.assert_array_equal(sd_fit.predict(r).values, back.predict(r).values)
+        np.testing.assert_array_equal(sd_fit.mean_latency(r).values, back.mean_latency(r).values)
+    pd.testing.assert_frame_equal(
+        back.data[["verifier", "k", "rps", "latency"]].reset_index(drop=True),
+        sd_fit.data[["verifier", "k", "rps", "latency"]].reset_index(drop=True),
+        check_dtype=False,
+    )
+    assert np.isfinite(back.model.point_logps()["latency"])  # rebuilt from code
+
+
+def test_unknown_verifier_is_one_clear_error(sd_fit):
+    rows = pd.DataFrame(
+        dict(verifier=["Nope-70B"], hardware="H100", prefill=256.0, decode=256.0, k=0, rps=0.1)
+    )
+    with pytest.raises(ValueError, match="unknown verifier"):
+        sd_fit.predict(rows)
+
+
+def test_alpha_draws_refused_when_alpha_was_given(sd_fit):
+    with pytest.raises(ValueError, match="not inferred"):
+        sd_fit.alpha_draws("V8B", "D1B", "256x256")
+
+
+def test_bad_input_errors():
+    with pytest.raises(ValueError, match="empty"):
+        fit(pd.DataFrame(), model="sd")
+    df, _ = simulate_sweeps(seed=5, loads=(0.3,))
+    with pytest.raises(ValueError, match="single load level"):
+        fit(df, model="sd")
+    df, _ = simulate_sweeps(seed=5)
+    with pytest.raises(ValueError, match=r"all .* rows were excluded"):
+        fit(df.assign(saturated=True), model="sd")
+    with pytest.raises(ValueError, match="sampler"):
+        fit(df, model="sd", sampler_config={"sampler": "gibbs"})
+    with pytest.raises(ValueError, match="unknown model"):
+        fit(df, model="quantum")
+
+
+def test_numpyro_absent_is_a_clear_error():
+    pytest.importorskip("pymc")
+    try:
+        import numpyro  # noqa: F401
+
+        pytest.skip("numpyro installed")
+    except ImportError:
+        pass
+    df, _ = simulate_sweeps(seed=5)
+    with pytest.raises(ValueError, match="numpyro"):
+        fit(df, model="sd", sampler_config={"sampler": "numpyro"})
+
+
+def test_excluded_rows_are_kept_with_reasons(tmp_path):
+    df, _ = simulate_sweeps(seed=6)
+    df["saturated"] = False
+    df.loc[df.index[:3], "saturated"] = True
+    table = validate_sweeps(df)
+    f = fit(
+        table, model="sd", sampler_config={"draws": 30, "tune": 30, "chains": 2}, progress=False
+    )
+    assert len(f.excluded) == 3 and f.excluded["reason"].str.contains("saturated").all()
+    back = load_fit(f.save(tmp_path / "f.nc"))
+    assert len(back.excluded) == 3 and (back.excluded["reason"] != "").all()
+
+
+def test_cli_fit_prints_table_and_strict_fails_on_unhealthy(tmp_path, capsys):
+    from specbayes.cli import main
+
+    df, _ = simulate_sweeps(seed=7)
+    path = tmp_path / "sweeps.csv"
+    df.to_csv(path, index=False)
+    out = tmp_path / "fit.nc"
+    args = [
+        "fit",
+        str(path),
+        "--model",
+        "sd",
+        "--out",
+        str(out),
+        "--draws",
+        "20",
+        "--tune",
+        "20",
+        "--chains",
+        "2",
+        "--quiet",
+    ]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    for word in ("divergences", "max R-hat", "min bulk ESS", "min tail ESS", "wall time"):
+        assert word in text
+    assert out.exists()
+    assert main([*args, "--strict"]) == 1  # 20 draws cannot reach bulk ESS 400
+
+
+# ---------------------------------------------------------------------------------------------
+# slow tier
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind",
+    ["dense", "moe", "latent_alpha", "closed_loop", "multi"],
+)
+def test_other_settings_sample_healthily(kind):
+    kw: dict = dict(seed=21)
+    model = "sd"
+    if kind in ("dense", "moe"):
+        model = kind
+        kw["model"] = kind
+    elif kind == "latent_alpha":
+        kw["unknown_alpha"] = True
+    elif kind == "closed_loop":
+        kw["closed_loop"] = True
+    else:
+        kw.update(
+            verifiers={"A": 8e9, "B": 14e9, "C": 32e9},
+            hardware=("H100", "B200"),
+            drafters={"D1": 1e9, "D2": 0.5e9},
+        )
+    df, _ = simulate_sweeps(**kw)
+    f = fit(df, model=model, progress=False)
+    s = f.summary()
+    assert s["divergences"] == 0, s
+    assert s["max_r_hat"] <= 1.01, s
+    assert s["min_ess_bulk"] >= 400, s
+    if kind == "latent_alpha":
+        a = f.alpha_draws("V8B", "D1B", "256x256")
+        assert a.ndim == 1 and ((a > 0) & (a < 1)).all()
+
+
+@pytest.mark.slow
+def test_recovery_coverage_over_seeds():
+    rates = []
+    for seed in (31, 32, 33, 34):
+        df, truth = simulate_sweeps(seed=seed)
+        f = fit(df, model="sd", sampler_config={"seed": seed}, progress=False)
+        rates.append(_coverage(f, truth))
+    cov = pd.concat(rates, axis=1).mean(axis=1)
+    # 90 % intervals over 4 x 24 units per coefficient: near nominal
+    assert (cov >= 0.75).all(), cov
+    assert cov.mean() >= 0.82, cov

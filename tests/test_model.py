@@ -1,0 +1,161 @@
+"""Model structure: design, least-squares start, graph dims/coords, logp at the start; bad input.
+
+No sampling here (fast tier).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specbayes import laws
+from specbayes.data import validate_sweeps
+from specbayes.model import (
+    COEFFICIENTS,
+    DEFAULT_PRIORS,
+    LatencyModel,
+    build_design,
+    forward_numpy,
+    least_squares_reference,
+    merge_priors,
+    simulate_sweeps,
+)
+
+
+@pytest.fixture(scope="module")
+def sd_data():
+    df, truth = simulate_sweeps(seed=11)
+    return validate_sweeps(df).data, truth
+
+
+@pytest.fixture(scope="module")
+def sd_model(sd_data):
+    data, _ = sd_data
+    return LatencyModel(build_design(data, "sd"))
+
+
+def test_simulated_sweeps_follow_the_law():
+    df, truth = simulate_sweeps(seed=0, sigma=1e-9, gamma=0.0)
+    dense = df[df["k"] == 0].iloc[0]
+    t = truth[(truth["drafter"] == "none") & (truth["cell"] == dense["cell"])].iloc[0]
+    c1, c2 = laws.effective_costs(t.c1p, t.c1v, 0.0, t.c2p, t.c2v, 0.0, dense["decode"], 0.5, 0)
+    assert dense["latency"] == pytest.approx(float(laws.latency(dense["rps"], c1, c2)), rel=1e-6)
+    assert set(df["k"]) == {0, 1, 3, 5}
+
+
+def test_design_units_and_rows(sd_data):
+    data, _ = sd_data
+    d = build_design(data, "sd")
+    assert d.coefs == COEFFICIENTS["sd"]
+    assert len(d.units) == data.groupby(["verifier", "hardware", "cell"]).ngroups
+    assert (d.rows["unit"] >= 0).all()
+    assert ((d.rows["dunit"] >= 0) == (d.rows["k"] > 0)).all()
+    assert not d.latent_alpha
+
+
+def test_least_squares_start_is_feasible_and_close(sd_data):
+    data, truth = sd_data
+    d = build_design(data, "sd")
+    par = least_squares_reference(d)
+    assert par.sigma_hat < 0.05
+    # the well-identified verifier-pass coefficients are recovered by the start already
+    j = d.base_coefs.index("c2v")
+    for u, row in d.units.iterrows():
+        t = truth[(truth.cell == row.cell) & (truth.drafter == "none")]["c2v"].iloc[0]
+        assert np.exp(par.ref[par.base_index[u, j]]) == pytest.approx(t, rel=0.1)
+    # whitening factors are lower-triangular blocks with positive diagonal
+    diag = par.white_val[np.arange(par.n), np.argmax(par.white_idx == np.arange(par.n)[:, None], 1)]
+    assert (diag > 0).all()
+
+
+def test_graph_dims_coords_and_finite_logp(sd_model):
+    m = sd_model.model
+    for dim in ("verifier", "hardware", "cell", "coef", "obs", "unit", "dunit"):
+        assert dim in m.coords
+    assert list(m.coords["coef"]) == list(COEFFICIENTS["sd"])
+    assert m.named_vars_to_dims["latency"] == ("obs",)
+    assert m.named_vars_to_dims["log_coef"] == ("unit", "base_coef")
+    point = m.initial_point()
+    init = sd_model.initial_point()
+    point["mu"] = init["mu"]
+    point["sigma0_log__"] = np.log(init["sigma0"])
+    logps = m.point_logps(point)
+    assert all(np.isfinite(v) for v in logps.values())
+    for name in ("decode", "k", "rps", "concurrency", "prefill_ratio"):
+        assert name in m.named_vars  # pm.Data covariates
+
+
+def test_graph_mean_matches_numpy_forward(sd_model):
+    """The PyMC graph and the numpy forward (prediction) compute the same latency."""
+    import pytensor
+
+    m = sd_model.model
+    d = sd_model.design
+    point = m.initial_point()
+    point["z"] = np.linspace(-0.5, 0.5, len(point["z"]))
+    rv = m["latency"]
+    mu_graph = pytensor.function(
+        [m.rvs_to_values[v] for v in m.free_RVs],
+        m.replace_rvs_by_values([rv.owner.inputs[2]])[0],  # LogNormal(rng, size, mu, sigma)
+        on_unused_input="ignore",
+    )(*[point[m.rvs_to_values[v].name] for v in m.free_RVs])
+    theta = pytensor.function(
+        [m.rvs_to_values[v] for v in m.free_RVs],
+        m.replace_rvs_by_values([m["log_coef"], m["log_coef_draft"]]),
+        on_unused_input="ignore",
+    )(*[point[m.rvs_to_values[v].name] for v in m.free_RVs])
+    r = d.rows
+    coef = {c: np.exp(theta[0][r["unit"], j]) for j, c in enumerate(d.base_coefs)}
+    coef["c1p"] *= r["a_p"]
+    coef["c2p"] *= r["a_p"]
+    for j, c in enumerate(d.draft_coefs):
+        coef[c] = np.where(r["dunit"] >= 0, np.exp(theta[1][np.maximum(r["dunit"], 0), j]), 0)
+    mu, _ = forward_numpy(coef, r, r["alpha"])
+    np.testing.assert_allclose(np.exp(mu_graph), mu, rtol=1e-9)
+
+
+@pytest.mark.parametrize("model", ["dense", "moe"])
+def test_other_levels_build(model):
+    df, _ = simulate_sweeps(model=model, seed=2)
+    data = validate_sweeps(df).data
+    lm = LatencyModel(build_design(data, model))
+    assert list(lm.model.coords["coef"]) == list(COEFFICIENTS[model])
+    logps = lm.model.point_logps(lm.model.initial_point())
+    assert np.isfinite(logps["latency"])
+
+
+def test_latent_alpha_and_closed_loop_build():
+    df, _ = simulate_sweeps(seed=3, unknown_alpha=True, closed_loop=True)
+    data = validate_sweeps(df, allow_unknown_alpha=True).data
+    d = build_design(data, "sd")
+    assert d.latent_alpha and (d.rows["closed"] == 1).all()
+    lm = LatencyModel(d)
+    assert "alpha_key" in lm.model.coords
+    assert np.isfinite(lm.model.point_logps(lm.model.initial_point())["latency"])
+
+
+def test_priors_merge_and_reject_unknown():
+    p = merge_priors({"cell_sd": 0.3, "trend_slope": {"c2v": (0.9, 0.1)}})
+    assert p["cell_sd"] == 0.3 and p["trend_slope"]["c2v"] == (0.9, 0.1)
+    assert p["trend_slope"]["c1p"] == tuple(DEFAULT_PRIORS["trend_slope"]["c1p"]) or p[
+        "trend_slope"
+    ]["c1p"] == list(DEFAULT_PRIORS["trend_slope"]["c1p"])
+    with pytest.raises(ValueError, match="unknown prior"):
+        merge_priors({"nope": 1})
+
+
+def test_single_rate_per_configuration_is_one_clear_error():
+    df, _ = simulate_sweeps(seed=4, loads=(0.3,))
+    with pytest.raises(ValueError, match="single load level"):
+        build_design(validate_sweeps(df).data, "sd")
+
+
+def test_empty_design_rejected():
+    with pytest.raises(ValueError, match="no rows"):
+        build_design(pd.DataFrame(columns=["verifier"]), "sd")
+
+
+def test_dense_design_rejects_sd_rows(sd_data):
+    with pytest.raises(ValueError, match="k = 0"):
+        build_design(sd_data[0], "dense")
