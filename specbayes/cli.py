@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 from specbayes import __version__
 
@@ -49,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specbayes`` console script."""
+    # PyTensor warns on every import when no system BLAS is linked (pip installs); the models
+    # here are elementwise and matrix-vector work that NumPy's own BLAS serves, so the
+    # warning is noise on a command line.
+    warnings.filterwarnings("ignore", message="PyTensor could not link to a BLAS")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
