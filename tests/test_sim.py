@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +15,8 @@ from specbayes.sim import EngineConfig, build_dataset, make_config, run_point, s
 from specbayes.sim.costs import attention_pairs, pass_time
 from specbayes.sim.routing import coverage_cap, routing_table, sample_distinct_experts
 from specbayes.sim.sweep import sweep_config
+
+DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def _hand_latency(cfg, budget: int) -> float:
@@ -189,8 +193,23 @@ def test_sd_speedup_falls_with_load_for_typical_alpha():
     assert top["latency"] / l_sd < sync
 
 
-def test_demo_dataset_validates_and_has_the_design():
-    df = build_dataset("demo", progress=False, workers=1)
+@pytest.fixture(scope="module")
+def demo_df():
+    return build_dataset("demo", progress=False, workers=1)
+
+
+def test_shipped_demo_is_reproduced_by_the_code(demo_df):
+    path = DATA / "demo.parquet"
+    if not path.exists():
+        pytest.skip("data/demo.parquet not built")
+    shipped = pd.read_parquet(path)
+    pd.testing.assert_frame_equal(
+        demo_df.reset_index(drop=True), shipped, check_dtype=False, rtol=1e-9
+    )
+
+
+def test_demo_dataset_validates_and_has_the_design(demo_df):
+    df = demo_df
     table = validate_sweeps(df)
     assert set(df["verifier"]) == {"Qwen3-8B", "Llama-3.1-8B"}
     assert df["cell"].nunique() == 4
