@@ -260,3 +260,18 @@ def test_cli_single_point_and_errors(capsys, tmp_path):
     assert main(["simulate", "--verifier", "Qwen3-8B", "--k", "2", "--rps", "2"]) == 2
     assert "alpha must lie in (0, 1]" in capsys.readouterr().err
     assert main(["simulate", "--verifier", "Qwen3-8B"]) == 2
+
+
+def test_c2r_falls_as_alpha_rises_across_the_grid():
+    """The paper's pattern over the alpha grid: C2R > 1 at low alpha, < 1 at alpha = 1."""
+    kw = dict(hardware="A100", prefill=512, decode=512)
+    c1d, c2d, _, _ = _fit(pd.DataFrame(sweep_config(make_config("Llama-3.1-8B", **kw))))
+    ratios = []
+    for alpha in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        sd = pd.DataFrame(sweep_config(make_config("Llama-3.1-8B", k=4, alpha=alpha, **kw)))
+        c1s, c2s, _, _ = _fit(sd)
+        ratios.append((c1s / c1d, c2s / c2d))
+    c1r, c2r = np.array(ratios).T
+    assert np.all(np.diff(c1r) < 0) and np.all(c1r < 1)
+    assert np.all(np.diff(c2r) < 0.02)  # non-increasing up to fit noise
+    assert c2r[0] > 1 > c2r[-1]
