@@ -87,8 +87,12 @@ def sweep(
     arrival: str = "constant",
     seed: int = 0,
     engine: EngineConfig | None = None,
+    on_point=None,
 ) -> pd.DataFrame:
-    """A GuideLLM-like sweep of one configuration (see :mod:`specbayes.sim.sweep`)."""
+    """A GuideLLM-like sweep of one configuration (see :mod:`specbayes.sim.sweep`).
+
+    ``on_point`` (optional) is called after each simulated point, e.g. to advance a bar.
+    """
     cfg = make_config(
         verifier,
         hardware=hardware,
@@ -100,4 +104,5 @@ def sweep(
         k=k,
         engine=engine,
     )
-    return pd.DataFrame(sweep_config(cfg, n_rates=n_rates, arrival=arrival, seed=seed))
+    rows = sweep_config(cfg, n_rates=n_rates, arrival=arrival, seed=seed, on_point=on_point)
+    return pd.DataFrame(rows)

@@ -118,11 +118,18 @@ def handler(args: argparse.Namespace) -> int:
     if args.profile == "sweep":
         from tqdm import tqdm
 
-        with tqdm(total=1, desc="sweep", file=sys.stderr, disable=args.no_progress) as bar:
+        total = args.rates + 1  # + the throughput point (a backed-off top rate adds more)
+        with tqdm(
+            total=total, desc="sweep", unit="point", file=sys.stderr, disable=args.no_progress
+        ) as bar:
             df = sim.sweep(
-                args.verifier, n_rates=args.rates, arrival=args.arrival, seed=args.seed, **common
+                args.verifier,
+                n_rates=args.rates,
+                arrival=args.arrival,
+                seed=args.seed,
+                on_point=bar.update,
+                **common,
             )
-            bar.update()
         _write(df, args.out)
         return 0
     if args.rps is None and args.concurrency is None and args.profile is None:

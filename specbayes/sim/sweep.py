@@ -36,7 +36,7 @@ def _n_for_rate(rate: float, l1: float, x: float, n_max: int) -> int:
     return int(np.clip(math.ceil(12 * b) + 60, 120, n_max))
 
 
-def _open_point(cfg, arrival, rate, l1, x, n_max, seed) -> dict:
+def _open_point(cfg, arrival, rate, l1, x, n_max, seed, on_point=None) -> dict:
     """One open-loop point; rerun with more requests if the window held < 8 batch turnovers."""
     n = _n_for_rate(rate, l1, x, n_max)
     row = run_point(cfg, arrival, rate=rate, n_requests=n, seed=seed)
@@ -44,6 +44,8 @@ def _open_point(cfg, arrival, rate, l1, x, n_max, seed) -> dict:
     want = int(np.clip(math.ceil(12 * b) + 60, 120, n_max))
     if want > 1.25 * n:
         row = run_point(cfg, arrival, rate=rate, n_requests=want, seed=seed)
+    if on_point is not None:
+        on_point()
     return row
 
 
@@ -57,6 +59,7 @@ def sweep_config(
     n_max: int = 3000,
     top_fraction: float = 0.9,
     keep_rejected: bool = False,
+    on_point=None,
 ) -> list[dict]:
     """Rows of one sweep: synchronous, throughput, then ``n_rates - 1`` open-loop rates.
 
@@ -78,6 +81,8 @@ def sweep_config(
         First try of the top rate as a fraction of the throughput rate.
     keep_rejected : bool
         Keep rows of rejected top-rate tries (flagged saturated).
+    on_point : callable, optional
+        Called with no argument after each simulated point (progress bars).
 
     Returns
     -------
@@ -93,19 +98,23 @@ def sweep_config(
     sync = run_point(cfg, "synchronous", n_requests=n_sync, seed=seed)
     sync["sweep_index"] = 0
     rows.append(sync)
+    if on_point is not None:
+        on_point()
     l1 = sync["latency"]
     r1 = sync["rps"]
     n_thr = max(3 * cfg.engine.max_num_seqs, 200)
     thr = run_point(cfg, "throughput", n_requests=n_thr, seed=seed)
     thr["sweep_index"] = -1
     rows.append(thr)
+    if on_point is not None:
+        on_point()
     x = max(thr["rps"], r1 * 1.05)
 
     f = top_fraction
     top = None
     for _ in range(8):
         rate = max(f * x, r1 * 1.02)
-        row = _open_point(cfg, arrival, rate, l1, x, n_max, seed)
+        row = _open_point(cfg, arrival, rate, l1, x, n_max, seed, on_point)
         if not row["saturated"]:
             top = (rate, row)
             break
@@ -121,7 +130,7 @@ def sweep_config(
             row = top_row
         else:
             rate = r1 + (r_top - r1) * i / (n_rates - 1)
-            row = _open_point(cfg, arrival, rate, l1, x, n_max, seed)
+            row = _open_point(cfg, arrival, rate, l1, x, n_max, seed, on_point)
         row["sweep_index"] = i
         rows.append(row)
     return rows
