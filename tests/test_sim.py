@@ -275,3 +275,20 @@ def test_c2r_falls_as_alpha_rises_across_the_grid():
     assert np.all(np.diff(c1r) < 0) and np.all(c1r < 1)
     assert np.all(np.diff(c2r) < 0.02)  # non-increasing up to fit noise
     assert c2r[0] > 1 > c2r[-1]
+
+
+def test_drafter_cost_is_charged():
+    # with almost no acceptance SD commits ~1 token per cycle but pays k drafter passes
+    kw = dict(hardware="H100", prefill=256, decode=128)
+    dense = run_point(make_config("Qwen3-8B", **kw), "synchronous", n_requests=8)
+    sd = run_point(make_config("Qwen3-8B", k=5, alpha=0.05, **kw), "synchronous", n_requests=8)
+    assert sd["latency"] > 1.1 * dense["latency"]
+
+
+def test_tensor_parallel_divides_work_and_adds_all_reduce():
+    kw = dict(hardware="H100", prefill=256, decode=128)
+    one = run_point(make_config("Qwen3-32B", tp=1, **kw), "synchronous", n_requests=8)
+    two = run_point(make_config("Qwen3-32B", tp=2, **kw), "synchronous", n_requests=8)
+    assert 0.5 * one["itl"] < two["itl"] < 0.75 * one["itl"]
+    cfg = make_config("Qwen3-32B", tp=2, **kw)
+    assert cfg.n_blocks > make_config("Qwen3-32B", tp=1, **kw).n_blocks * 2  # weights split
