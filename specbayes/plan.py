@@ -32,6 +32,7 @@ __all__ = [
     "compare",
     "cost_ratios",
     "effective_cost_draws",
+    "measured_max_rps",
     "optimal_k",
     "replicas",
     "speedup",
@@ -382,6 +383,26 @@ def optimal_k(
     return out
 
 
+def measured_max_rps(fit: Any, arm: Arm, ks: Iterable[int]) -> np.ndarray:
+    """Highest fitted request rate of the arm's verifier, hardware and cell, per k.
+
+    Any alpha counts (and any drafter for ``k = 0``); ``NaN`` where the fit has no row of that
+    k. A decision at a higher rate extrapolates the latency law beyond the data.
+    """
+    data = getattr(fit, "data", None)
+    ks = np.asarray(list(ks))
+    if data is None:
+        return np.full(ks.shape, np.nan)
+    cell = arm.cell or f"{round(arm.prefill)}x{round(arm.decode)}"
+    rows = data[
+        (data.verifier == arm.verifier) & (data.hardware == arm.hardware) & (data.cell == cell)
+    ]
+    if arm.drafter is not None:
+        rows = rows[(rows.k == 0) | (rows.drafter == arm.drafter)]
+    top = rows.groupby("k")["rps"].max()
+    return np.array([top.get(int(k), np.nan) for k in ks], dtype=float)
+
+
 def _slo_rate_draws(c1: np.ndarray, c2: np.ndarray, slo: float) -> np.ndarray:
     """Per draw, the highest rate with mean latency <= slo: :math:`(1 - C_1/\text{SLO})/C_2`."""
     return np.where(c1 < slo, (1.0 - c1 / slo) / c2, 0.0)
@@ -408,7 +429,10 @@ def capacity(
     pandas.DataFrame
         One row per k: ``k, capacity_rps`` (at probability ``prob``), ``median_rps``
         (at probability 0.5), ``p_slo_feasible`` (P(zero-load latency < SLO)),
-        ``zero_load_latency_median``.
+        ``zero_load_latency_median``, ``max_measured_rps`` and ``extrapolated`` (the
+        capacity lies above every fitted rate of that k on this workload: the latency law
+        is being trusted beyond the data — servers often bend upward there, e.g. when
+        verification turns compute-bound or the batch hits ``max_num_seqs``).
 
     Raises
     ------
@@ -433,6 +457,8 @@ def capacity(
             zero_load_latency_median=np.median(c1, axis=0),
         )
     )
+    out["max_measured_rps"] = measured_max_rps(fit, arm, ks)
+    out["extrapolated"] = ~(out["capacity_rps"] <= out["max_measured_rps"])
     if not np.any(cap > 0):
         zl = summarize(c1, prob=prob)
         best = int(np.argmin(zl["median"]))

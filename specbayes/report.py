@@ -101,6 +101,14 @@ class Headline:
     lines: list[str] = field(default_factory=list)
 
 
+def _beyond(row: pd.Series) -> str:
+    if not row.extrapolated:
+        return ""
+    top = row.max_measured_rps
+    measured = f"{top:.2f} req/s" if np.isfinite(top) else "none"
+    return f" (extrapolated: highest measured rate {measured})"
+
+
 def _headline(fit, arm, ktab, slo, prob) -> Headline:
     be = plan.break_even(fit, arm).iloc[0]
     rates = np.sort(ktab["rps"].unique())
@@ -135,8 +143,9 @@ def _headline(fit, arm, ktab, slo, prob) -> Headline:
         f"Best draft length ({alpha_txt}): {kname(k_low)} at {rates[0]:.2g} req/s, "
         f"{kname(k_high)} at {rates[-1]:.2g} req/s.",
         "Capacity at a mean-latency SLO of "
-        f"{slo:.3g} s (P ≥ {prob:g}): dense {cap.capacity_rps.iloc[0]:.2f} req/s, "
-        f"k = {arm.k} {cap.capacity_rps.iloc[-1]:.2f} req/s.",
+        f"{slo:.3g} s (P ≥ {prob:g}): dense {cap.capacity_rps.iloc[0]:.2f} req/s"
+        f"{_beyond(cap.iloc[0])}, k = {arm.k} {cap.capacity_rps.iloc[-1]:.2f} req/s"
+        f"{_beyond(cap.iloc[-1])}.",
     ]
     return h
 
