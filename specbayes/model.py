@@ -68,17 +68,42 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
 Why centred, and why whitened
 -----------------------------
 Each unit's coefficients are pinned by hundreds of precise sweep points, so the likelihood,
-not the prior, dominates them — the regime where *centred* units sample well and non-centred
-ones form funnels. What remains is the strong *correlation* between coefficients of one
-workload (``c1p, c1v, c1d`` all enter one :math:`C_1`), which made a naive fit take ~30
-leapfrog steps per draw and diverge from jittered starts. So the unit coefficients (and
-latent alphas) are *sampled in whitened coordinates*: per block (one verifier and cell, all
-its hardware and drafters) :math:`\theta = \hat\theta + L z` with :math:`\hat\theta` the
-per-block least-squares fit and :math:`L L^\top` the Gauss–Newton posterior covariance
-there. ``z`` is flat; the hierarchical prior on :math:`\theta` enters as a potential (the
-map is linear, its Jacobian constant). At :math:`z = 0` every chain starts at a point where
-:math:`\lambda C_2 < 1` for every observed row (checked), and in whitened units the
-posterior is close to a standard normal, so NUTS needs few steps per draw.
+not the prior, dominates most of them — the regime where *centred* units sample well and
+non-centred ones form funnels. What remains is the strong *correlation* between coefficients
+of one workload (``c1p, c1v, c1d`` all enter one :math:`C_1`), which made a naive fit take
+~30 leapfrog steps per draw and diverge from jittered starts. So the unit coefficients (and
+latent alphas) are *sampled in whitened, partially non-centred coordinates*. Per block (one
+verifier and cell, all its hardware and drafters), with :math:`H` the Gauss–Newton data
+precision at the reference :math:`\hat\theta`, :math:`P` the prior precision of a unit
+(``1/cell_sd²``; 1 for a logit alpha) and :math:`m` the hierarchical location,
+
+.. math::
+
+    \theta = (H + P)^{-1} H \hat\theta + (H + P)^{-1} P\, m + L z, \qquad
+    L L^\top = (H + P)^{-1}
+
+— the Gaussian approximation of the unit's conditional posterior, so :math:`z` is close to
+standard normal *and* nearly independent of the hyper-parameters: well-measured directions are
+effectively centred, directions the data do not see are non-centred, and everything in
+between is weighted accordingly. ``z`` is flat; the hierarchical prior on :math:`\theta`
+enters as a potential (the map is affine in ``z`` with a constant Jacobian, so no correction
+is needed).
+
+* :math:`\hat\theta` is an empirical-Bayes mode: per-block least squares on log latency
+  from a feasible start, then two passes penalised toward the pooled group location
+  (:func:`least_squares_reference`) — so a coefficient the data barely see (typically
+  ``c1p``: prefill is ~1 % of a request's latency) sits where the hierarchy puts it, not at
+  noise.
+* Eigen-directions of :math:`H` with data-only sd above ``WEAK_LOG_SD`` (0.5 log units) are
+  dropped from :math:`H`: the data cannot tell them from zero, and their curvature at
+  :math:`\hat\theta` would mis-scale the rest of their range.
+* At :math:`z = 0` every chain starts at a point where :math:`\lambda C_2 < 1` for every
+  observed row (checked); the samplers' jitter of ±1 in ``z`` is one posterior sd.
+
+Limits (measured, see ``benchmarks/fit_speed.md``): when only a *sum* of two coefficients
+is identified and its split is not (``dense``: ``c1p + g c1v`` within a cell; ``moe``:
+``c2v + phi c2s`` once phi ≈ 1), the posterior is a curved ridge in log space and mixing is
+slow; a (total, share) parametrisation of those pairs is the next step.
 
 Latent alpha
 ------------
@@ -785,18 +810,20 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     shrink_val = np.zeros((n, bmax))
     const = np.zeros(n)
     weak = np.zeros(n, dtype=bool)
+    n_weak = np.zeros(len(blocks), dtype=np.int64)
     for b, members in enumerate(blocks):
         rows_sel = np.flatnonzero(row_block == b)
         _, jm, _, _ = _residual_jacobian(theta, design, layout, rows_sel, members)
         h = jm.T @ jm / sigma_hat**2
-        # a coefficient the block's data cannot tell from zero (data-only sd of its log
-        # > WEAK_LOG_SD) is prior-dominated: drop its data curvature, so it is sampled
-        # non-centred around its hierarchical location (M = I, L = cell_sd there)
-        data_sd = np.sqrt(np.diag(np.linalg.pinv(h + 1e-10 * np.eye(len(members)))))
-        weak_b = data_sd > WEAK_LOG_SD
-        weak[members] = weak_b
-        h[weak_b, :] = 0.0
-        h[:, weak_b] = 0.0
+        # directions the block's data cannot resolve (data-only sd along an eigenvector of
+        # the data precision > WEAK_LOG_SD, e.g. c1p alone, or c2v - c2s when phi ~ 1) are
+        # prior-dominated: drop their data curvature, so they are sampled non-centred around
+        # the hierarchical location while the resolved combinations stay whitened
+        evals, evecs = np.linalg.eigh(0.5 * (h + h.T))
+        unresolved = evals < 1.0 / WEAK_LOG_SD**2
+        h = (evecs[:, ~unresolved] * evals[~unresolved]) @ evecs[:, ~unresolved].T
+        n_weak[b] = int(unresolved.sum())
+        weak[members] = np.abs(evecs[:, unresolved]).max(axis=1, initial=0.0) > 0.5
         prec = np.where(is_alpha[members], 1.0, 1.0 / cell_sd**2)
         h += np.diag(prec)
         cov = np.linalg.inv(h)

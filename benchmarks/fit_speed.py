@@ -1,0 +1,151 @@
+"""Fit speed: the Bayesian fit against the paper's per-configuration ``curve_fit``, same rows.
+
+Usage::
+
+    nice .venv/bin/python benchmarks/fit_speed.py --cases demo --repeats 3
+    nice .venv/bin/python benchmarks/fit_speed.py --cases paper --repeats 1 --write
+
+For each case it measures, in the same process and on the same validated rows,
+
+* ``bayes``: :func:`specbayes.fit.fit` wall time end to end (least-squares start, model
+  build, nutpie compile, sampling, pointwise groups), with its health numbers and
+  *ESS per second* (minimum bulk ESS over coefficients and hyper-parameters / wall time);
+* ``curve_fit``: :func:`specbayes.baseline.fit_configurations` — SciPy ``curve_fit`` of
+  (C1, C2) per configuration (the paper's method), point estimates only.
+
+Reported numbers are medians over ``--repeats`` runs. Targets (issue 5): demo ≤ 180 s wall
+on 2 cores; paper (≥ 20k rows) within 20× the ``curve_fit`` time.
+
+Cases: ``demo`` and ``paper`` read ``data/<name>.parquet`` when present; ``sim-paper``
+simulates a paper-sized grid from the model itself (2 verifiers × 16 cells × dense + 22
+(alpha, k) pairs × 9 rates ≈ 6.6k rows per verifier) when the simulator's file is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_case(name: str) -> pd.DataFrame:
+    if name in ("demo", "paper"):
+        path = REPO / "data" / f"{name}.parquet"
+        if not path.exists():
+            raise SystemExit(f"{path} not found (build it with the simulator first)")
+        return pd.read_parquet(path)
+    if name == "sim-paper":
+        from specbayes.model import simulate_sweeps
+
+        cells = tuple((p, g) for p in (256, 512, 768, 1024) for g in (256, 512, 768, 1024))
+        df, _ = simulate_sweeps(
+            verifiers={"V8B": 8e9, "V14B": 14e9, "V32B": 32e9},
+            hardware=("H100", "A100"),
+            cells=cells,
+            alphas=(0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+            ks=(1, 3, 5, 8),
+            loads=tuple(np.linspace(0.05, 0.85, 9)),
+            seed=0,
+        )
+        return df
+    raise SystemExit(f"unknown case {name!r}")
+
+
+def time_curve_fit(table) -> float:
+    from specbayes.baseline import fit_configurations
+
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit_configurations(table.data)
+    return time.perf_counter() - t0
+
+
+def time_bayes(table, model: str, config: dict) -> dict:
+    from specbayes.fit import fit
+
+    t0 = time.perf_counter()
+    f = fit(table, model=model, sampler_config=config, progress=False)
+    wall = time.perf_counter() - t0
+    s = f.summary()
+    ss = f.idata.sample_stats
+    s.update(
+        wall_s=wall,
+        build_s=f.config["build_s"],
+        ess_per_s=s["min_ess_bulk"] / wall,
+        mean_steps=float(ss["n_steps"].mean()),
+    )
+    return s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", default="demo", help="comma list: demo, paper, sim-paper")
+    parser.add_argument("--model", default="sd")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--draws", type=int, default=None)
+    parser.add_argument("--tune", type=int, default=None)
+    parser.add_argument("--write", action="store_true", help="append to benchmarks/fit_speed.md")
+    args = parser.parse_args()
+    from specbayes.data import validate_sweeps
+
+    config = {k: v for k, v in (("draws", args.draws), ("tune", args.tune)) if v is not None}
+    lines = []
+    for case in args.cases.split(","):
+        df = load_case(case)
+        table = validate_sweeps(df, allow_unknown_alpha=args.model != "dense")
+        cf = [time_curve_fit(table) for _ in range(args.repeats)]
+        runs = [time_bayes(table, args.model, config) for _ in range(args.repeats)]
+        med = {
+            k: statistics.median(r[k] for r in runs)
+            for k in ("wall_s", "build_s", "ess_per_s", "min_ess_bulk", "max_r_hat", "mean_steps")
+        }
+        cf_med = statistics.median(cf)
+        result = {
+            "case": case,
+            "model": args.model,
+            "rows": runs[0]["rows"],
+            "repeats": args.repeats,
+            "curve_fit_s": cf_med,
+            **med,
+            "ratio_to_curve_fit": med["wall_s"] / cf_med,
+            "divergences": [r["divergences"] for r in runs],
+            "healthy": [r["healthy"] for r in runs],
+            "config": config or "defaults",
+        }
+        print(json.dumps(result, default=str))
+        lines.append(
+            f"| {case} | {args.model} | {result['rows']} | {args.repeats} | "
+            f"{med['wall_s']:.1f} | {med['build_s']:.1f} | {cf_med:.2f} | "
+            f"{result['ratio_to_curve_fit']:.1f}× | {med['min_ess_bulk']:.0f} | "
+            f"{med['ess_per_s']:.1f} | {med['max_r_hat']:.3f} | {result['divergences']} | "
+            f"{med['mean_steps']:.1f} | {result['healthy']} | {result['config']} |"
+        )
+    header = (
+        "| case | model | rows | runs | bayes wall s (median) | of which LS+build s | "
+        "curve_fit s | ratio | min bulk ESS | ESS/s | max R-hat | divergences | "
+        "steps/draw | healthy | sampler_config |\n|" + "---|" * 15
+    )
+    stamp = (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs (shared), python {platform.python_version()}"
+    )
+    text = f"\n### {stamp}\n\n{header}\n" + "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        with open(REPO / "benchmarks" / "fit_speed.md", "a") as fh:
+            fh.write(text)
+
+
+if __name__ == "__main__":
+    main()
