@@ -180,6 +180,13 @@ DEFAULT_PRIORS: dict[str, Any] = {
 LEARN_SCALE_MIN_LEVELS = 5
 #: Covariate with at least this many distinct values gets a free slope.
 SLOPE_MIN_VALUES = 3
+#: Coefficient pairs whose *sum* the data pin but whose split they barely see, sampled as
+#: (log total, logit share) — see :func:`least_squares_reference`.
+SHARE_PAIRS: dict[str, tuple[tuple[str, str], ...]] = {
+    "dense": (("c1p", "c1v"), ("c2p", "c2v")),
+    "sd": (),
+    "moe": (("c1v", "c1s"), ("c2v", "c2s")),
+}
 #: Data-only posterior sd (log units) above which a unit coefficient counts as unidentified.
 WEAK_LOG_SD = 0.5
 #: Fixed-point iterations of the MoE map inside the graph.
@@ -523,6 +530,10 @@ class Parametrisation:
     shrink_val: np.ndarray  # (n, B) rows of M = (H + P)^-1 P
     const: np.ndarray  # (H + P)^-1 H theta_ls
     weak: np.ndarray  # parameters sampled non-centred (data cannot tell them from zero)
+    pair_a: np.ndarray  # flat slots holding log totals of SHARE_PAIRS
+    pair_b: np.ndarray  # flat slots holding logit shares
+    pair_lwa: np.ndarray  # log weight of the first coefficient in the total
+    pair_lwb: np.ndarray  # log weight of the second
     prior_loc_alpha: float
     sigma_hat: float
     block_of: np.ndarray
@@ -731,6 +742,56 @@ def _pooled_location(design, theta, base_index, draft_index, alpha_index, priors
     return loc
 
 
+def _share_pairs(design: Design, base_index: np.ndarray):
+    """Flat slots and log weights of the (total, share) pairs of this model level.
+
+    The total of a pair (a, b) is :math:`w_a c_a + w_b c_b` at the unit's mean workload:
+    ``dense`` — :math:`c_{1p} + \bar g c_{1v}` (i.e. :math:`C_1`) and likewise :math:`C_2`;
+    ``moe`` — :math:`c_{1v} + c_{1s}` (the per-pass cost at full coverage) and likewise c2.
+    """
+    pa, pb, lwa, lwb = [], [], [], []
+    coefs = list(design.base_coefs)
+    for a, b in SHARE_PAIRS[design.model_name]:
+        ja, jb = coefs.index(a), coefs.index(b)
+        for u in range(len(design.units)):
+            pa.append(base_index[u, ja])
+            pb.append(base_index[u, jb])
+            lwa.append(0.0)
+            lwb.append(np.log(design.units["g"].iloc[u]) if b in ("c1v", "c2v") else 0.0)
+    return (
+        np.array(pa, dtype=np.int64),
+        np.array(pb, dtype=np.int64),
+        np.array(lwa),
+        np.array(lwb),
+    )
+
+
+def to_share(theta, pa, pb, lwa, lwb, xp=np):
+    """Log coefficients -> sampling coordinates: pair slots become (log total, logit share)."""
+    ua, ub = theta[pa] + lwa, theta[pb] + lwb
+    if xp is np:
+        out = theta.copy()
+        out[pa] = np.logaddexp(ua, ub)
+        out[pb] = ub - ua
+        return out
+    out = xp.set_subtensor(theta[pa], xp.logaddexp(ua, ub))
+    return xp.set_subtensor(out[pb], ub - ua)
+
+
+def from_share(phi, pa, pb, lwa, lwb, xp=np):
+    r"""Inverse of :func:`to_share` (unit Jacobian: :math:`\det = (1 - s) + s = 1`)."""
+    kappa, ell = phi[pa], phi[pb]
+    softplus = (lambda x: np.logaddexp(0.0, x)) if xp is np else xp.softplus
+    ta = kappa - softplus(ell) - lwa
+    tb = kappa - softplus(-ell) - lwb
+    if xp is np:
+        out = phi.copy()
+        out[pa], out[pb] = ta, tb
+        return out
+    out = xp.set_subtensor(phi[pa], ta)
+    return xp.set_subtensor(out[pb], tb)
+
+
 def least_squares_reference(design: Design, priors: dict | None = None) -> Parametrisation:
     """Per-block least squares (log scale) and the Gauss–Newton whitening around it.
 
@@ -811,26 +872,43 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     const = np.zeros(n)
     weak = np.zeros(n, dtype=bool)
     n_weak = np.zeros(len(blocks), dtype=np.int64)
+    pa, pb, lwa, lwb = _share_pairs(design, base_index)
+    phi_ref = to_share(theta, pa, pb, lwa, lwb)
+    # d theta / d phi at the reference (identity outside the pairs)
+    tmat_a = {int(i): (int(j), k) for k, (i, j) in enumerate(zip(pa, pb, strict=True))}
+    share = 1.0 / (1.0 + np.exp(-phi_ref[pb]))
     for b, members in enumerate(blocks):
         rows_sel = np.flatnonzero(row_block == b)
         _, jm, _, _ = _residual_jacobian(theta, design, layout, rows_sel, members)
+        pos = {int(gi): i for i, gi in enumerate(members)}
+        tmat = np.eye(len(members))
+        for gi in members:
+            if int(gi) in tmat_a:
+                gj, k = tmat_a[int(gi)]
+                ia, ib = pos[int(gi)], pos[gj]
+                # theta_a = kappa - softplus(ell) - lwa ; theta_b = kappa - softplus(-ell) - lwb
+                tmat[ia, ia], tmat[ia, ib] = 1.0, -share[k]
+                tmat[ib, ia], tmat[ib, ib] = 1.0, 1.0 - share[k]
+        jm = jm @ tmat
         h = jm.T @ jm / sigma_hat**2
         # directions the block's data cannot resolve (data-only sd along an eigenvector of
-        # the data precision > WEAK_LOG_SD, e.g. c1p alone, or c2v - c2s when phi ~ 1) are
-        # prior-dominated: drop their data curvature, so they are sampled non-centred around
-        # the hierarchical location while the resolved combinations stay whitened
+        # the data precision > WEAK_LOG_SD, e.g. c1p alone) are prior-dominated: drop their
+        # data curvature, so they are sampled non-centred around the hierarchical location
+        # while the resolved combinations stay whitened
         evals, evecs = np.linalg.eigh(0.5 * (h + h.T))
         unresolved = evals < 1.0 / WEAK_LOG_SD**2
         h = (evecs[:, ~unresolved] * evals[~unresolved]) @ evecs[:, ~unresolved].T
         n_weak[b] = int(unresolved.sum())
         weak[members] = np.abs(evecs[:, unresolved]).max(axis=1, initial=0.0) > 0.5
         prec = np.where(is_alpha[members], 1.0, 1.0 / cell_sd**2)
-        h += np.diag(prec)
+        pmat = tmat.T @ np.diag(prec) @ tmat
+        h += pmat
         cov = np.linalg.inv(h)
         cov = 0.5 * (cov + cov.T)
         chol = np.linalg.cholesky(cov)
-        shrink = cov * prec[None, :]  # (H + P)^-1 P
-        const[members] = theta[members] - shrink @ theta[members]  # (H+P)^-1 H theta_ls
+        shrink = cov @ pmat  # (H + P)^-1 P
+        ref_b = phi_ref[members]
+        const[members] = ref_b - shrink @ ref_b  # (H+P)^-1 H phi_ref
         for i, gi in enumerate(members):
             white_idx[gi, : len(members)] = members
             white_val[gi, : len(members)] = chol[i]
@@ -846,6 +924,10 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
         shrink_val=shrink_val,
         const=const,
         weak=weak,
+        pair_a=pa,
+        pair_b=pb,
+        pair_lwa=lwa,
+        pair_lwb=lwb,
         prior_loc_alpha=float(np.log(priors["alpha"][0] / priors["alpha"][1])),
         sigma_hat=sigma_hat,
         block_of=block_of,
@@ -1093,12 +1175,17 @@ class LatencyModel:
                 m_flat = pt.set_subtensor(m_flat[par.draft_index.ravel()], loc_d.ravel())
             if d.latent_alpha:
                 m_flat = pt.set_subtensor(m_flat[par.alpha_index], par.prior_loc_alpha)
+            pairs = (par.pair_a, par.pair_b, par.pair_lwa, par.pair_lwb)
+            if len(par.pair_a):
+                m_flat = to_share(m_flat, *pairs, xp=pt)
             z_pad = pt.concatenate([z, pt.zeros(1)])
             theta = (
                 pt.as_tensor(par.const)
                 + pt.sum(pt.as_tensor(par.shrink_val) * m_flat[par.white_idx], axis=1)
                 + pt.sum(pt.as_tensor(par.white_val) * z_pad[par.white_idx], axis=1)
             )
+            if len(par.pair_a):
+                theta = from_share(theta, *pairs, xp=pt)
             th_base = pm.Deterministic(
                 "log_coef", theta[par.base_index], dims=("unit", "base_coef")
             )
