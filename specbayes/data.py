@@ -13,7 +13,7 @@ every fit starts with :func:`validate_sweeps`, which
 
 Saturation rules (a row is excluded when any holds)
 ----------------------------------------------------
-``explicit``
+``flagged``
     the ``saturated`` column is true (set by the tool, the ingester or the simulator; the
     ``saturation_reason`` column, when present, is carried into the report).
 ``preempted``
@@ -141,7 +141,8 @@ class SweepTable:
     data : pandas.DataFrame
         Rows fit for modelling, original index labels kept.
     excluded : pandas.DataFrame
-        Rows left out (saturated, duplicates), with a ``reason`` column.
+        Rows left out (saturated, duplicates), with ``reason`` (the full text, including
+        the tool's own words) and ``rule`` (the rule names joined by ``+``).
     """
 
     data: pd.DataFrame
@@ -151,7 +152,8 @@ class SweepTable:
         """One line per exclusion reason, for printing."""
         if self.excluded.empty:
             return f"{len(self.data)} rows kept, none excluded"
-        counts = self.excluded["reason"].value_counts()
+        key = "rule" if "rule" in self.excluded else "reason"
+        counts = self.excluded[key].value_counts()
         parts = ", ".join(f"{n} {reason}" for reason, n in counts.items())
         return f"{len(self.data)} rows kept, {len(self.excluded)} excluded ({parts})"
 
@@ -477,13 +479,13 @@ def validate_sweeps(
     df["sweep"] = sweep_labels(df)
     reasons = {
         name: pd.Series(False, index=df.index)
-        for name in ("explicit", "preempted", "rate_shortfall", "latency_growth")
+        for name in ("flagged", "preempted", "rate_shortfall", "latency_growth")
     }
     if "saturated" in df:
         sat = df["saturated"]
         if sat.dtype == object:
             sat = sat.astype(str).str.strip().str.lower().isin(["true", "1", "yes"])
-        reasons["explicit"] = sat.fillna(False).astype(bool)
+        reasons["flagged"] = sat.fillna(False).astype(bool)
     if "preemptions" in df:
         reasons["preempted"] = df["preemptions"].fillna(0) > 0
     if "target_rps" in df:
@@ -492,24 +494,27 @@ def validate_sweeps(
             & (df["target_rps"] > 0)
             & (df["rps"] < target_tolerance * df["target_rps"])
         )
-    candidate = ~(reasons["explicit"] | reasons["preempted"] | reasons["rate_shortfall"])
+    candidate = ~(reasons["flagged"] | reasons["preempted"] | reasons["rate_shortfall"])
     candidate &= dup_reason == ""
     reasons["latency_growth"] = _growth_flags(df[candidate], growth_factor).reindex(
         df.index, fill_value=False
     )
 
     text = pd.Series("", index=df.index, dtype=object)
+    rule = pd.Series("", index=df.index, dtype=object)
     for name, mask in reasons.items():
+        rule = rule.where(~mask, rule + np.where(rule == "", "", "+") + name)
         label = name
-        if name == "explicit" and "saturation_reason" in df:
+        if name == "flagged" and "saturation_reason" in df:
             detail = df["saturation_reason"].fillna("").astype(str)
             label = np.where(detail != "", "saturated: " + detail, "saturated")
-        elif name == "explicit":
+        elif name == "flagged":
             label = "saturated"
         text = text.where(~mask, text + np.where(text == "", "", "; ") + label)
     text = text.where(dup_reason == "", dup_reason)
+    rule = rule.where(dup_reason == "", "duplicate")
     out = text != ""
-    excluded = df[out].assign(reason=text[out])
+    excluded = df[out].assign(reason=text[out], rule=rule[out])
     kept = df[~out].drop(columns=["closed"])
     excluded = excluded.drop(columns=["closed"])
     kept.attrs["source"] = source
