@@ -100,10 +100,14 @@ is needed).
 * At :math:`z = 0` every chain starts at a point where :math:`\lambda C_2 < 1` for every
   observed row (checked); the samplers' jitter of ±1 in ``z`` is one posterior sd.
 
-Limits (measured, see ``benchmarks/fit_speed.md``): when only a *sum* of two coefficients
-is identified and its split is not (``dense``: ``c1p + g c1v`` within a cell; ``moe``:
-``c2v + phi c2s`` once phi ≈ 1), the posterior is a curved ridge in log space and mixing is
-slow; a (total, share) parametrisation of those pairs is the next step.
+Pairs whose *sum* is pinned but whose split is not (:data:`SHARE_PAIRS`) — ``dense``:
+:math:`c_{1p} + \bar g c_{1v}` within a cell (only :math:`C_1` is measured) and likewise
+:math:`C_2`; ``moe``: :math:`c_{2v} + c_{2s}` once :math:`\varphi \approx 1` — form a curved
+ridge in log space that mixed badly (R-hat 2, ~90 steps per draw). They are sampled as
+(log total, logit share): :math:`\kappa = \log(w_a c_a + w_b c_b)`,
+:math:`\ell = \log(w_b c_b) - \log(w_a c_a)`; the map to
+:math:`(\log c_a, \log c_b)` has Jacobian determinant :math:`(1 - s) + s = 1`, so the
+prior on the log coefficients needs no correction, and the ridge becomes an axis.
 
 Latent alpha
 ------------
