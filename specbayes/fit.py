@@ -112,7 +112,8 @@ def _prepare(sweeps: pd.DataFrame | SweepTable, model: str) -> tuple[pd.DataFram
     elif isinstance(sweeps, pd.DataFrame):
         if len(sweeps) == 0:
             raise ValueError("the sweep table is empty: nothing to fit")
-        table = validate_sweeps(sweeps, allow_unknown_alpha=model != "dense")
+        # unknown alpha is fine: sd/moe infer it, dense leaves SD rows out anyway
+        table = validate_sweeps(sweeps, allow_unknown_alpha=True)
     else:
         raise TypeError("sweeps must be a pandas DataFrame or a SweepTable")
     data, excluded = table.data.copy(), table.excluded.copy()
@@ -202,7 +203,7 @@ def fit(
     Parameters
     ----------
     sweeps : DataFrame or SweepTable
-        Raw rows (validated here, with ``allow_unknown_alpha`` for ``sd``/``moe``) or an
+        Raw rows (validated here with ``allow_unknown_alpha=True``) or an
         already validated table.
     model : {'dense', 'sd', 'moe'}
     sampler_config : dict, optional
