@@ -46,6 +46,7 @@ __all__ = [
     "CONFIG_COLUMNS",
     "OPTIONAL_COLUMNS",
     "REQUIRED_COLUMNS",
+    "TEXT_COLUMNS",
     "SweepTable",
     "SweepValidationError",
     "cell_label",
@@ -97,25 +98,27 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "sweep": "label of one configuration swept over load (default: derived, see sweep_labels)",
 }
 
-_TEXT = {
-    "drafter",
-    "cell",
-    "saturated",
-    "saturation_reason",
-    "alpha_source",
-    "latency_source",
-    "strategy",
-    "source",
-    "sweep",
-}
+#: Columns holding labels or text (every other schema column is numeric).
+TEXT_COLUMNS = frozenset(
+    {
+        "verifier",
+        "hardware",
+        "drafter",
+        "cell",
+        "saturated",
+        "saturation_reason",
+        "alpha_source",
+        "latency_source",
+        "strategy",
+        "source",
+        "sweep",
+    }
+)
 
 #: Columns that identify one configuration (one sweep over load).
 CONFIG_COLUMNS: tuple[str, ...] = ("verifier", "drafter", "hardware", "cell", "alpha", "k")
 
-_NUMERIC = [
-    *(c for c in REQUIRED_COLUMNS if c not in ("verifier", "hardware")),
-    *(c for c in OPTIONAL_COLUMNS if c not in _TEXT),
-]
+_NUMERIC = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if c not in TEXT_COLUMNS]
 
 
 class SweepValidationError(ValueError):

@@ -99,6 +99,12 @@ class Arm:
         return f"{self.verifier} + {self.drafter or 'drafter'} k={self.k} {a}"
 
 
+def _columns(name: str, draws: np.ndarray, stats: Sequence[str], prob: float) -> dict:
+    """``{name_stat: column}`` of :func:`summarize` over the sample axis."""
+    table = summarize(draws, prob=prob)
+    return {f"{name}_{stat}": table[stat].to_numpy() for stat in stats}
+
+
 def _check_alpha(alpha: Any) -> np.ndarray:
     a = np.asarray(alpha, dtype=float)
     if np.any(~np.isfinite(a)) or np.any((a <= 0) | (a > 1)):
@@ -252,17 +258,12 @@ def cost_ratios(
         raise ValueError("cost ratios compare SD (k >= 1) with dense")
     c1s, c2s, c1d, c2d = _sd_and_dense(fit, arm, k=ks)
     c1r, c2r = c1s / c1d[:, None], c2s / c2d[:, None]
-    s1, s2 = summarize(c1r, prob=prob), summarize(c2r, prob=prob)
     p2 = np.mean(c2r > 1.0, axis=0)
     return pd.DataFrame(
         dict(
             k=ks,
-            c1r_mean=s1["mean"],
-            c1r_lo=s1["lo"],
-            c1r_hi=s1["hi"],
-            c2r_mean=s2["mean"],
-            c2r_lo=s2["lo"],
-            c2r_hi=s2["hi"],
+            **_columns("c1r", c1r, ("mean", "lo", "hi"), prob),
+            **_columns("c2r", c2r, ("mean", "lo", "hi"), prob),
             p_c1r_below_1=np.mean(c1r < 1.0, axis=0),
             p_c2r_above_1=p2,
             red_flag=p2 >= RED_FLAG_PROB,
@@ -293,16 +294,11 @@ def break_even(
     c1r, c2r = c1s / c1d[:, None], c2s / c2d[:, None]
     r_star = laws.break_even(c1r, c2r)
     rps_star = laws.break_even_rps(c1s, c2s, c1d[:, None], c2d[:, None])
-    sr, sl = summarize(rps_star, prob=prob), summarize(r_star, prob=prob)
     out = pd.DataFrame(
         dict(
             k=ks,
-            rps_star_median=sr["median"],
-            rps_star_lo=sr["lo"],
-            rps_star_hi=sr["hi"],
-            r_star_median=sl["median"],
-            r_star_lo=sl["lo"],
-            r_star_hi=sl["hi"],
+            **_columns("rps_star", rps_star, ("median", "lo", "hi"), prob),
+            **_columns("r_star", r_star, ("median", "lo", "hi"), prob),
             p_wins_then_loses=np.mean((c1r < 1) & (c2r > 1), axis=0),
             p_loses_then_wins=np.mean((c1r > 1) & (c2r < 1), axis=0),
             p_always_wins=np.mean((c1r < 1) & (c2r <= 1), axis=0),

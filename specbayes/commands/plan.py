@@ -6,21 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from exc
+from specbayes.commands import float_list, int_list
 
 
 def _arm_args(p: argparse.ArgumentParser) -> None:
@@ -44,9 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("fit", type=Path, help="fit artefact written by `specbayes fit --out`")
     _arm_args(p)
-    p.add_argument("--rps", type=_floats, help="request rates for the speedup table")
-    p.add_argument("--alphas", type=_floats, help="alpha grid of the k-table")
-    p.add_argument("--ks", type=_ints, default=list(range(0, 11)), help="candidate k (0=dense)")
+    p.add_argument("--rps", type=float_list, help="request rates for the speedup table")
+    p.add_argument("--alphas", type=float_list, help="alpha grid of the k-table")
+    p.add_argument("--ks", type=int_list, default=list(range(0, 11)), help="candidate k (0=dense)")
     p.add_argument("--slo", type=float, help="mean-latency SLO in seconds")
     p.add_argument("--prob", type=float, default=0.9, help="probability the SLO must be met")
     p.add_argument("--total-rps", type=float, help="total load to size replicas for")

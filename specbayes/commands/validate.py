@@ -6,14 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from exc
+from specbayes.commands import int_list
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("data", type=Path, help="sweep table (CSV/parquet) or bundled name (demo)")
     p.add_argument("--model", choices=["dense", "sd", "moe"], default="sd")
-    p.add_argument("--leave-out", type=_ints, default=[1, 2, 4], help="n values, e.g. 1,2,4")
+    p.add_argument("--leave-out", type=int_list, default=[1, 2, 4], help="n values, e.g. 1,2,4")
     p.add_argument("--repeats", type=int, default=3, help="folds per n")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--draws", type=int, help="posterior draws per chain (default: the fit's)")

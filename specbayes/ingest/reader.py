@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from specbayes import laws
-from specbayes.data import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+from specbayes.data import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TEXT_COLUMNS
 from specbayes.ingest import guidellm, vllm_bench
 from specbayes.ingest._common import (
     ERROR_THRESHOLD,
@@ -60,19 +60,7 @@ LABELS: tuple[str, ...] = (
 )
 
 
-_TEXT_COLUMNS = {
-    "verifier",
-    "drafter",
-    "hardware",
-    "cell",
-    "saturated",
-    "saturation_reason",
-    "alpha_source",
-    "latency_source",
-    "strategy",
-    "source",
-}
-_NUMERIC_COLUMNS = {c for c in ROW_COLUMNS if c not in _TEXT_COLUMNS} - {"k"}
+_NUMERIC_COLUMNS = {c for c in ROW_COLUMNS if c not in TEXT_COLUMNS} - {"k"}
 
 
 def _rows(loaded: LoadedFile, thresholds: dict) -> tuple[list[dict], dict]:
