@@ -75,6 +75,16 @@ class Arm:
     k: int = 0
     extra: dict = field(default_factory=dict, compare=False)
 
+    def __post_init__(self) -> None:
+        if self.alpha is not None and not 0.0 < self.alpha <= 1.0:
+            raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha}")
+        if self.k < 0 or int(self.k) != self.k:
+            raise ValueError(f"k must be a non-negative integer; got {self.k}")
+        if not (self.prefill >= 0 and self.decode >= 1):
+            raise ValueError(
+                f"prefill must be >= 0 and decode >= 1 token; got {self.prefill}, {self.decode}"
+            )
+
     def row(self) -> pd.DataFrame:
         """This arm as a one-row frame in the sweep schema (for ``fit.coefficients``)."""
         cell = self.cell or f"{round(self.prefill)}x{round(self.decode)}"

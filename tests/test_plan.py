@@ -117,3 +117,12 @@ def test_bad_inputs_get_clear_messages(draws_fit):
     past = plan.speedup(draws_fit, ARM, [30.0])  # past both saturation points
     assert past["p_dense_saturated"].item() == 1.0 and past["p_sd_saturated"].item() == 1.0
     assert np.isnan(past["median"].item())
+
+
+def test_arm_rejects_impossible_configurations():
+    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\]"):
+        plan.Arm("V8", "A100", 1024, 1024, alpha=0.0, k=2)
+    with pytest.raises(ValueError, match="k must be a non-negative integer"):
+        plan.Arm("V8", "A100", 1024, 1024, alpha=0.5, k=-1)
+    with pytest.raises(ValueError, match="decode >= 1"):
+        plan.Arm("V8", "A100", 1024, 0)
