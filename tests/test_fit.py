@@ -99,6 +99,16 @@ def test_predictions_cover_the_data(sd_fit):
     assert 0.8 <= np.mean((y >= lo) & (y <= hi)) <= 1.0
 
 
+def test_log_likelihood_of_rows_equals_the_stored_pointwise_group(sd_fit):
+    ll = sd_fit.log_likelihood(sd_fit.data).values
+    stored = sd_fit.idata.log_likelihood["latency"].stack(sample=("chain", "draw"))
+    stored = stored.transpose("sample", ...).values
+    assert ll.shape == stored.shape
+    np.testing.assert_allclose(ll, stored, atol=1e-9)
+    with pytest.raises(ValueError, match="observed 'latency'"):
+        sd_fit.log_likelihood(sd_fit.data.drop(columns="latency"))
+
+
 def test_unseen_cell_is_predicted_from_the_trend(sd_fit):
     rows = pd.DataFrame(
         dict(
