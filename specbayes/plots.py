@@ -176,6 +176,20 @@ def plot_capacity(curves: pd.DataFrame, *, ax=None, title: str | None = None):
     for i, (k, sub) in enumerate(curves.groupby("k")):
         label = "dense" if k == 0 else f"k={k}"
         ax.plot(sub.slo, sub.capacity_rps, marker=".", color=f"C{i % 10}", label=label)
+        if "extrapolated" in sub:
+            ext = sub[sub.extrapolated.astype(bool)]
+            ax.scatter(
+                ext.slo,
+                ext.capacity_rps,
+                s=40,
+                facecolors="white",
+                edgecolors=f"C{i % 10}",
+                zorder=3,
+            )
+    if "extrapolated" in curves and curves.extrapolated.astype(bool).any():
+        ax.scatter(
+            [], [], s=40, facecolors="white", edgecolors="grey", label="beyond measured loads"
+        )
     prob = curves.attrs.get("prob", 0.9)
     ax.set_xlabel("mean-latency SLO (s)")
     ax.set_ylabel(f"capacity (req/s) met with P ≥ {prob:g}")
