@@ -120,17 +120,24 @@ def fit_configurations(sweeps: pd.DataFrame) -> pd.DataFrame:
     Parameters
     ----------
     sweeps : pandas.DataFrame
-        Validated sweep rows (``validate_sweeps(...).data``).
+        Validated sweep rows (``validate_sweeps(...).data``). Configurations are the
+        ``sweep`` labels of :func:`specbayes.data.sweep_labels` (so a sweep whose alpha was
+        measured per point stays one configuration); raw rows fall back to the key columns.
 
     Returns
     -------
     pandas.DataFrame
-        One row per configuration: the key columns, ``c1, c2, r2, n, ok``.
+        One row per configuration: the key columns (alpha: the sweep's mean), ``c1, c2,
+        r2, n, ok``.
     """
     key = [c for c in CONFIG_KEY if c in sweeps]
+    by = "sweep" if "sweep" in sweeps else key
     out = []
-    for values, sweep in sweeps.groupby(key, dropna=False, sort=True):
-        out.append({**dict(zip(key, values, strict=True)), **_fit_one_config(sweep)})
+    for _, sweep in sweeps.groupby(by, dropna=False, sort=True):
+        labels = {c: sweep[c].iloc[0] for c in key}
+        if "alpha" in labels:
+            labels["alpha"] = sweep["alpha"].mean()
+        out.append({**labels, **_fit_one_config(sweep)})
     return pd.DataFrame(out)
 
 

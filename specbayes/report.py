@@ -112,12 +112,9 @@ def _beyond(row: pd.Series) -> str:
 def _headline(fit, arm, ktab, slo, prob) -> Headline:
     be = plan.break_even(fit, arm).iloc[0]
     rates = np.sort(ktab["rps"].unique())
-    near = ktab[
-        np.isclose(
-            ktab["alpha"],
-            ktab["alpha"].unique()[np.argmin(np.abs(ktab["alpha"].unique() - (arm.alpha or 0.75)))],
-        )
-    ]
+    alphas = ktab["alpha"].unique()
+    nearest = alphas[np.argmin(np.abs(alphas - (arm.alpha or 0.75)))]
+    near = ktab[ktab["alpha"] == nearest]
     k_low = int(near[near.rps == rates[0]]["k_bayes"].iloc[0])
     k_high = int(near[near.rps == rates[-1]]["k_bayes"].iloc[0])
     cap = plan.capacity(fit, arm, slo, prob=prob, ks=[0, arm.k])

@@ -200,7 +200,7 @@ def _run_fold(args) -> tuple[list[dict], list[pd.DataFrame]]:
         result = fit(train, model=model, sampler_config=sampler_config, progress=False)
         mu = result.mean_latency(test).values
         pp = result.predict(test).values
-        ll = result.log_likelihood(test).values if hasattr(result, "log_likelihood") else None
+        ll = result.log_likelihood(test).values
         scores = heldout_scores(test["latency"].to_numpy(), mu, pp, ll)
         preds.append(_predictions(fold, f"specbayes {model}", test, mu, pp))
         diag = result.diagnostics()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import TRUE_COEFS
+from conftest import REPO, TRUE_COEFS
 
 from specbayes import baseline, laws
 from specbayes.data import validate_sweeps
@@ -85,3 +85,12 @@ def test_cycle_fit_reproduces_latency_and_trends_predict_unseen_cells():
     pred = baseline.predict_trends(trends, df[held])
     assert np.isfinite(pred).all()
     assert baseline.r_squared(np.log(df[held].latency), np.log(pred)) > 0.99
+
+
+def test_measured_alpha_sweeps_are_fitted_as_one_configuration():
+    from specbayes.data import read_sweeps
+
+    table = validate_sweeps(read_sweeps(REPO / "data/real/speculators_qwen3.8-27b_b200_sweeps.csv"))
+    fits = baseline.fit_configurations(table.data)
+    assert len(fits) == 6 and fits.ok.all() and (fits.n >= 7).all()
+    assert (fits.r2 > 0.95).all()
