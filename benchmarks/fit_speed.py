@@ -39,11 +39,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_case(name: str) -> pd.DataFrame:
-    if name in ("demo", "paper"):
-        path = REPO / "data" / f"{name}.parquet"
+    """Rows of a case; ``paper-dense`` / ``paper-moe``: the paper set's dense / MoE verifiers."""
+    if name in ("demo", "paper", "paper-dense", "paper-moe"):
+        path = REPO / "data" / f"{name.split('-')[0]}.parquet"
         if not path.exists():
             raise SystemExit(f"{path} not found (build it with the simulator first)")
-        return pd.read_parquet(path)
+        df = pd.read_parquet(path)
+        if name in ("paper-dense", "paper-moe"):
+            from specbayes.catalog import load_model
+
+            is_moe = df["verifier"].map(lambda v: load_model(v).is_moe)
+            df = df[is_moe] if name == "paper-moe" else df[~is_moe]
+        return df
     if name == "sim-paper":
         from specbayes.model import simulate_sweeps
 
@@ -90,16 +97,28 @@ def time_bayes(table, model: str, config: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", default="demo", help="comma list: demo, paper, sim-paper")
+    parser.add_argument(
+        "--cases",
+        default="demo",
+        help="comma list: demo, paper, paper-dense, paper-moe, sim-paper",
+    )
     parser.add_argument("--model", default="sd")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--draws", type=int, default=None)
     parser.add_argument("--tune", type=int, default=None)
+    parser.add_argument("--chains", type=int, default=None)
+    parser.add_argument("--target-accept", type=float, default=None)
     parser.add_argument("--write", action="store_true", help="append to benchmarks/fit_speed.md")
     args = parser.parse_args()
     from specbayes.data import validate_sweeps
 
-    config = {k: v for k, v in (("draws", args.draws), ("tune", args.tune)) if v is not None}
+    given = (
+        ("draws", args.draws),
+        ("tune", args.tune),
+        ("chains", args.chains),
+        ("target_accept", args.target_accept),
+    )
+    config = {k: v for k, v in given if v is not None}
     lines = []
     for case in args.cases.split(","):
         df = load_case(case)

@@ -32,17 +32,21 @@ __all__ = [
     "break_even",
     "break_even_rps",
     "closed_loop_latency",
+    "cycle_cost",
     "effective_costs",
     "expected_tokens",
     "expert_coverage",
     "latency",
+    "log_headroom",
     "marginal_acceptance",
     "moe_latency",
     "moe_latency_unrolled",
     "optimal_k",
+    "pass_cost",
     "routed_tokens",
     "speedup",
     "speedup_from_ratios",
+    "verifier_passes",
 ]
 
 
@@ -279,6 +283,48 @@ def closed_loop_latency(concurrency: Any, c1: Any, c2: Any) -> Any:
     return c1 + concurrency * c2
 
 
+def log_headroom(c1: Any, c2: Any, rps: Any, concurrency: Any, closed: Any) -> Any:
+    r"""Log headroom :math:`\log(1 - x)` of a row, open or closed loop.
+
+    Both loops satisfy :math:`L = C_1 / (1 - x)` with the utilisation :math:`x = B C_2 / L`:
+    open loop :math:`x = \lambda C_2` (:func:`latency`); closed loop :math:`B = N`, so
+    :math:`1 - x = C_1 / (C_1 + N C_2)` (:func:`closed_loop_latency`). Hence
+    :math:`\log L = \log C_1 - \log(1 - x)` in both — the form the model's likelihood uses
+    (one log per row, no division).
+
+    Parameters
+    ----------
+    c1, c2 : array_like
+        Costs (s, s per request).
+    rps, concurrency : array_like
+        Open-loop rate λ and closed-loop N (the one not used by a row is ignored).
+    closed : array_like of bool or {0, 1}
+        Which rows are closed loop.
+
+    Returns
+    -------
+    array
+        :math:`\log(1 - x)`; ``-inf`` where an open-loop row is saturated (:math:`x \ge 1`).
+    """
+    xp = _namespace(c1, c2, rps, concurrency, closed)
+    # a closed mask given as data (not a graph variable) prunes the branch no row uses
+    fixed = isinstance(closed, np.ndarray | bool | int | float)
+    any_closed = bool(np.any(closed)) if fixed else True
+    all_closed = bool(np.all(closed)) if fixed else False
+    with _quiet(xp):
+        if any_closed:
+            closed_ = xp.log(c1) - xp.log(c1 + concurrency * c2)
+            if all_closed:
+                return closed_
+        x = rps * c2
+        feasible = x < 1.0
+        safe = xp.where(feasible, x, 0.0)  # keeps the unused branch (and its gradient) finite
+        open_ = xp.where(feasible, xp.log1p(-safe), -np.inf)
+        if not any_closed:
+            return open_
+        return xp.where(np.asarray(closed) > 0 if fixed else closed > 0, closed_, open_)
+
+
 def effective_costs(
     c1p: Any,
     c1v: Any,
@@ -317,10 +363,32 @@ def effective_costs(
     -------
     (C1, C2) : tuple of ndarray
     """
-    cycles = decode / expected_tokens(alpha, k)
-    c1 = c1p + cycles * (c1v + k * c1d)
-    c2 = c2p + cycles * (c2v + k * c2d)
+    passes = verifier_passes(decode, alpha, k)
+    c1 = cycle_cost(c1p, passes, pass_cost(c1v, c1d, k))
+    c2 = cycle_cost(c2p, passes, pass_cost(c2v, c2d, k))
     return c1, c2
+
+
+def verifier_passes(decode: Any, alpha: Any, k: Any) -> Any:
+    r"""Verifier passes (SD cycles) per request: :math:`w = g / E(\alpha, k)`.
+
+    Dense decoding (``k = 0``) is one pass per output token, :math:`w = g`.
+    """
+    return decode / expected_tokens(alpha, k)
+
+
+def pass_cost(c_v: Any, c_d: Any, k: Any) -> Any:
+    r"""Cost of one SD cycle: one verifier pass and k drafter passes, :math:`c_v + k\,c_d`."""
+    return c_v + k * c_d
+
+
+def cycle_cost(c_p: Any, passes: Any, per_pass: Any) -> Any:
+    r"""A request's cost from its parts: :math:`c_p + w \cdot (c_v + k\,c_d)`.
+
+    ``c_p`` is paid once (prefill), ``per_pass`` (:func:`pass_cost`) once per verifier pass,
+    ``passes`` = :func:`verifier_passes`. :func:`effective_costs` is this for C1 and C2.
+    """
+    return c_p + passes * per_pass
 
 
 # ---------------------------------------------------------------------------------------------

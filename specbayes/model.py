@@ -61,7 +61,8 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
   ``log p`` for ``c1p, c2p``; ``log(p + g/2)`` (time-averaged KV) for ``c1v, c2v, c2d``;
   none for ``c1d, c1s, c2s``. The slope :math:`b_j` is free when the covariate takes ≥ 3
   distinct values, else fixed at its prior mean (e.g. 1 for ``c2v``: linear in KV size).
-* :math:`\tau_j` — per-cell deviation scale: learned from ≥ 5 cells, fixed otherwise. An
+* :math:`\tau_j` — per-cell deviation scale: learned from ≥ 5 cells when most units resolve
+  coefficient ``j`` (a scale learned from prior-dominated units is a funnel), fixed otherwise. An
   unseen cell is predicted from the trend plus a deviation drawn from
   :math:`\mathcal N(0, \tau_j)`.
 
@@ -277,6 +278,9 @@ class Design:
         (verifier, drafter, cell) keys whose alpha is latent.
     rows : dict of ndarray
         Per-row arrays (see :func:`build_design`).
+    groups : dict of ndarray
+        Coefficient groups, one per distinct (unit, dunit, k): ``unit``, ``dunit`` (-1: no
+        drafter) and ``k``; ``rows["group"]`` maps each row to its group.
     """
 
     model_name: str
@@ -293,6 +297,7 @@ class Design:
     verifier_size: np.ndarray
     drafter_size: np.ndarray
     trend_center: dict[str, float]
+    groups: dict[str, np.ndarray] = field(default_factory=dict)
     structure: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -397,6 +402,19 @@ def build_design(data: pd.DataFrame, model_name: str) -> Design:
         alpha_idx = np.full(len(df), -1)
 
     closed = df["closed"].to_numpy()
+    # rows sharing (unit, dunit, k) share their coefficients: the graph builds the
+    # per-pass costs once per group and only the latency law per row
+    grp_key = pd.MultiIndex.from_arrays([unit_idx, dunit_idx, df["k"].to_numpy()])
+    grp_idx, grp_levels = pd.factorize(grp_key, sort=True)
+    groups = {
+        "unit": np.asarray(grp_levels.get_level_values(0), dtype=np.int64),
+        "dunit": np.asarray(grp_levels.get_level_values(1), dtype=np.int64),
+        "k": np.asarray(grp_levels.get_level_values(2), dtype=float),
+    }
+    known_alpha = df["alpha"].fillna(0.5).to_numpy(dtype=float)
+    passes = laws.verifier_passes(
+        df["decode"].to_numpy(dtype=float), known_alpha, df["k"].to_numpy(dtype=float)
+    )
     experts = {v: _experts_of(v, df) for v in verifiers}
     m_ratio = np.array([experts[v][0] / experts[v][1] for v in df["verifier"]], dtype=float)
     rows = {
@@ -414,6 +432,8 @@ def build_design(data: pd.DataFrame, model_name: str) -> Design:
         "m_ratio": m_ratio,
         "latency": df["latency"].to_numpy(dtype=float),
         "rps_eff": df["rps"].to_numpy(dtype=float),
+        "group": np.asarray(grp_idx, dtype=np.int64),
+        "passes": np.where(alpha_idx >= 0, np.nan, passes),
     }
     vsize = np.array([_size_of(v, df, "verifier", "verifier_params") for v in verifiers])
     dsize = np.array([_size_of(d, df, "drafter", "drafter_params") for d in drafters])
@@ -435,6 +455,7 @@ def build_design(data: pd.DataFrame, model_name: str) -> Design:
         verifier_size=vsize,
         drafter_size=dsize,
         trend_center=centers,
+        groups=groups,
     )
 
 
@@ -540,6 +561,7 @@ class Parametrisation:
     pair_lwb: np.ndarray  # log weight of the second
     prior_loc_alpha: float
     sigma_hat: float
+    gamma_hat: float  # moment estimate of the noise growth (rows weighted by it)
     block_of: np.ndarray
 
 
@@ -828,37 +850,47 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     is_alpha[alpha_index] = len(alpha_index) > 0
     prior_sd = np.where(is_alpha, 1.0, cell_sd)
     residuals = np.zeros(len(design.data))
+    utilisation = np.zeros(len(design.data))
+    # noise sd of each row relative to sigma0: (1 - x)^-gamma (the likelihood's noise growth)
+    row_scale = np.ones(len(design.data))
 
     def solve(b: int, target: np.ndarray, weight: np.ndarray) -> None:
         members = blocks[b]
         rows_sel = np.flatnonzero(row_block == b)
+        scale = row_scale[rows_sel]
 
         def fun(p):
             th = theta.copy()
             th[members] = p
             res, _, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
-            res = np.where(bad, 1e3, res)
+            res = np.where(bad, 1e3, res / scale)
             return np.concatenate([res, weight * (p - target)])
 
         def jac(p):
             th = theta.copy()
             th[members] = p
             _, jm, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
-            jm = np.where(bad[:, None], 0.0, -jm)
+            jm = np.where(bad[:, None], 0.0, -jm / scale[:, None])
             return np.vstack([jm, np.diag(weight)])
 
         sol = least_squares(fun, theta[members], jac=jac, method="trf", x_scale="jac", max_nfev=200)
         th = theta.copy()
         th[members] = sol.x
-        res, _, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
+        res, _, bad, x = _residual_jacobian(th, design, layout, rows_sel, members)
         if bad.any():
             raise RuntimeError(f"least-squares start infeasible in block {b}")
         theta[members] = sol.x
-        residuals[rows_sel] = res
+        residuals[rows_sel] = res / scale
+        utilisation[rows_sel] = x
 
     # pass 1: plain least squares per block (a tiny ridge keeps unseen directions put)
     for b, members in enumerate(blocks):
         solve(b, theta[members].copy(), np.full(len(members), 1e-3))
+    # the noise growth toward saturation, from the pass-1 residuals: rows weighted by it in
+    # passes 2-3 and in the whitening, so the reference is the mode at the typical gamma
+    gamma_hat = _noise_growth(residuals, utilisation)
+    row_scale = np.clip(1.0 - utilisation, 1e-6, 1.0) ** -gamma_hat
+    residuals = residuals / row_scale
     # passes 2-3: penalised toward the pooled location (an empirical-Bayes mode), so that
     # coefficients the data barely see sit where the hierarchy puts them, not at noise
     for _ in range(2):
@@ -884,6 +916,7 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     for b, members in enumerate(blocks):
         rows_sel = np.flatnonzero(row_block == b)
         _, jm, _, _ = _residual_jacobian(theta, design, layout, rows_sel, members)
+        jm = jm / row_scale[rows_sel, None]
         pos = {int(gi): i for i, gi in enumerate(members)}
         tmat = np.eye(len(members))
         for gi in members:
@@ -934,8 +967,25 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
         pair_lwb=lwb,
         prior_loc_alpha=float(np.log(priors["alpha"][0] / priors["alpha"][1])),
         sigma_hat=sigma_hat,
+        gamma_hat=gamma_hat,
         block_of=block_of,
     )
+
+
+def _noise_growth(residuals: np.ndarray, x: np.ndarray) -> float:
+    r"""Moment estimate of :math:`\gamma` in :math:`\operatorname{sd} = \sigma_0 (1-x)^{-\gamma}`.
+
+    Least squares of :math:`\log r^2` on :math:`-2\log(1 - x)` (the slope is
+    :math:`\gamma`; the log-chi-square offset only moves the intercept), clipped to [0, 2].
+    """
+    ok = np.isfinite(residuals) & np.isfinite(x) & (x < 1.0) & (np.abs(residuals) > 0)
+    if ok.sum() < 10:
+        return 0.0
+    u = -2.0 * np.log1p(-np.clip(x[ok], 0.0, 1.0 - 1e-6))
+    if np.ptp(u) < 1e-6:
+        return 0.0
+    slope = np.polyfit(u, np.log(residuals[ok] ** 2), 1)[0]
+    return float(np.clip(slope, 0.0, 2.0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -943,8 +993,27 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
 # ---------------------------------------------------------------------------------------------
 
 
-def decide_structure(design: Design) -> dict[str, Any]:
-    """Which effects, slopes and scales exist (rules in the module docstring)."""
+def effect_basis(covariate: np.ndarray) -> np.ndarray:
+    r"""Orthonormal basis :math:`Q` (levels × levels − 2) of the complement of
+    :math:`\operatorname{span}\{\mathbf 1, s\}`.
+
+    An effect :math:`\eta = Q\,\eta_\mathrm{raw}` with i.i.d. Normal raw entries sums to zero
+    (like ``ZeroSumNormal``) and is uncorrelated with the size covariate ``s`` across levels, so
+    the level, the size slope and the effects are separately identified.
+    """
+    s = np.asarray(covariate, dtype=float)
+    span = np.stack([np.ones_like(s), s - s.mean()], axis=1)
+    q, _ = np.linalg.qr(span, mode="complete")
+    return q[:, 2:]
+
+
+def decide_structure(design: Design, param: Parametrisation | None = None) -> dict[str, Any]:
+    """Which effects, slopes and scales exist (rules in the module docstring).
+
+    With ``param``, a per-cell scale ``tau_j`` is learned only if most units resolve
+    coefficient ``j`` (``param.weak``): a scale learned from prior-dominated units is a funnel
+    (tau and the units it scales trade off with nothing in the data to stop them).
+    """
     s: dict[str, Any] = {}
     nv, nh, nd = len(design.verifiers), len(design.hardware), len(design.drafters)
     s["verifier_effect"] = nv >= 2
@@ -965,7 +1034,14 @@ def decide_structure(design: Design) -> dict[str, Any]:
             vals = np.round(_trend_value(kind, table["p"], table["g"]), 3)
             if len(np.unique(vals)) >= SLOPE_MIN_VALUES:
                 slopes.append(c)
-        if len(table) and table["cell"].nunique() >= LEARN_SCALE_MIN_LEVELS:
+        resolved = True
+        if param is not None and len(table):
+            if c in DRAFT_COEFS:
+                index = param.draft_index[:, design.draft_coefs.index(c)]
+            else:
+                index = param.base_index[:, design.base_coefs.index(c)]
+            resolved = float(np.mean(param.weak[index])) < 0.5
+        if len(table) and table["cell"].nunique() >= LEARN_SCALE_MIN_LEVELS and resolved:
             taus.append(c)
     s["free_slopes"] = slopes
     s["learned_tau"] = taus
@@ -990,7 +1066,7 @@ class LatencyModel:
         self.design = design
         self.priors = merge_priors(priors)
         self.param = param or least_squares_reference(design, self.priors)
-        self.structure = decide_structure(design)
+        self.structure = decide_structure(design, self.param)
         design.structure = self.structure
         self.model = self.build_model()
 
@@ -1040,7 +1116,7 @@ class LatencyModel:
             "z": np.zeros(self.param.n),
             "mu": np.array([ref[c] for c in d.coefs]),
             "sigma0": np.array(self.param.sigma_hat),
-            "gamma": np.array(0.05),
+            "gamma": np.array(max(self.param.gamma_hat, 0.01)),
         }
         if s["free_slopes"]:
             init["trend_slope"] = np.array(
@@ -1082,7 +1158,6 @@ class LatencyModel:
             rps = pm.Data("rps", r["rps"], dims="obs")
             conc = pm.Data("concurrency", r["conc"], dims="obs")
             closed = pm.Data("closed", r["closed"], dims="obs")
-            unit = pm.Data("unit_idx", r["unit"], dims="obs")
 
             # hyper-parameters
             mu = pm.Normal(
@@ -1109,14 +1184,24 @@ class LatencyModel:
                     tau.append(pt.as_tensor(float(pr["cell_sd"])))
             tau = pt.stack(tau)
 
-            def effect(name, dim, on, learned, scale):
+            def effect(name, dim, on, learned, scale, covariate=None):
                 sc = pm.HalfNormal(f"{name}_scale", scale) if learned else scale
-                return pm.ZeroSumNormal(name, sigma=sc, dims=(on, dim))
+                if covariate is None:
+                    return pm.ZeroSumNormal(name, sigma=sc, dims=(on, dim))
+                # orthogonal to the level *and* the size covariate: otherwise a zero-sum
+                # effect can carry a linear trend in log size, and slope and effects trade
+                # off along a ridge only the effect prior bounds (R-hat 2.5 on paper data)
+                basis = effect_basis(covariate)
+                raw = pm.Normal(
+                    f"{name}_raw", 0.0, sc, shape=(len(self.coords()[on]), basis.shape[1])
+                )
+                return pm.Deterministic(name, raw @ basis.T, dims=(on, dim))
 
             bidx = [ci[c] for c in d.base_coefs]
             loc_b = pt.zeros((len(d.units), len(bidx))) + mu[bidx][None, :]
             uv = d.units["verifier"].map({v: i for i, v in enumerate(d.verifiers)}).to_numpy()
             uh = d.units["hardware"].map({h: i for i, h in enumerate(d.hardware)}).to_numpy()
+            vsize = np.log(d.verifier_size) if s["verifier_size"] else None
             if s["verifier_effect"]:
                 ve = effect(
                     "verifier_effect",
@@ -1124,6 +1209,7 @@ class LatencyModel:
                     "base_coef",
                     s["verifier_scale_learned"],
                     pr["verifier_sd"],
+                    vsize,
                 )
                 loc_b = loc_b + ve[:, uv].T
             if s["hardware_effect"]:
@@ -1155,6 +1241,7 @@ class LatencyModel:
                         "draft_coef",
                         s["drafter_scale_learned"],
                         pr["drafter_sd"],
+                        np.log(d.drafter_size) if s["drafter_size"] else None,
                     )
                     loc_d = loc_d + de[:, dd].T
                 if s["hardware_effect"]:
@@ -1231,32 +1318,28 @@ class LatencyModel:
                         ).sum(),
                     )
 
-            # per-row coefficients and the latency law (formulas from laws)
-            cb = pt.exp(th_base)[unit]
-            c = {name: cb[:, j] for j, name in enumerate(d.base_coefs)}
-            c["c1p"] = c["c1p"] * a_p
-            c["c2p"] = c["c2p"] * a_p
-            zero = pt.zeros_like(g)
+            # the cycle decomposition (formulas from laws): per-pass costs once per
+            # coefficient group (unit, dunit, k), only the latency law per row
+            gr = d.groups
+            gu, gk = gr["unit"], gr["k"]
+            cg = pt.exp(th_base)[gu]
+            cb = {name: cg[:, j] for j, name in enumerate(d.base_coefs)}
+            c1d_g = c2d_g = pt.zeros(len(gu))
             if has_draft:
-                du = np.maximum(r["dunit"], 0)
-                cd = pt.exp(th_draft)[du]
-                isd = pt.as_tensor((r["dunit"] >= 0).astype(float))
-                c["c1d"] = cd[:, 0] * isd
-                c["c2d"] = cd[:, 1] * isd
-            c1, c2 = laws.effective_costs(
-                c["c1p"],
-                c["c1v"],
-                c.get("c1d", zero),
-                c["c2p"],
-                c["c2v"],
-                c.get("c2d", zero),
-                g,
-                alpha_row,
-                k,
-            )
+                isd = pt.as_tensor((gr["dunit"] >= 0).astype(float))
+                cdg = pt.exp(th_draft)[np.maximum(gr["dunit"], 0)]
+                c1d_g, c2d_g = cdg[:, 0] * isd, cdg[:, 1] * isd
+            grp = pm.Data("group_idx", r["group"], dims="obs")
+            passes = pm.Data("passes", np.nan_to_num(r["passes"]), dims="obs")
+            if d.latent_alpha:
+                lat = np.isnan(r["passes"])
+                passes = pt.switch(pt.as_tensor(lat), laws.verifier_passes(g, alpha_row, k), passes)
+            c1p_row = a_p * cb["c1p"][grp]
+            c2p_row = a_p * cb["c2p"][grp]
+            c1 = laws.cycle_cost(c1p_row, passes, laws.pass_cost(cb["c1v"], c1d_g, gk)[grp])
+            c2 = laws.cycle_cost(c2p_row, passes, laws.pass_cost(cb["c2v"], c2d_g, gk)[grp])
             if d.model_name == "moe":
-                w = g / laws.expected_tokens(alpha_row, k)
-                c1s, c2s = w * c["c1s"], w * c["c2s"]
+                c1s, c2s = passes * cb["c1s"][grp], passes * cb["c2s"][grp]
                 mr = pt.as_tensor(r["m_ratio"])
                 open_mu = laws.moe_latency_unrolled(
                     rps, c1, c1s, c2, c2s, mr, 1.0, k, iterations=MOE_ITERATIONS
@@ -1266,24 +1349,19 @@ class LatencyModel:
                 closed_mu = laws.closed_loop_latency(conc, c1 + phi_c * c1s, c2 + phi_c * c2s)
                 x_open = rps * (c2 + phi_o * c2s)
                 x_closed = conc * (c2 + phi_c * c2s) / closed_mu
+            if d.model_name == "moe":
+                mu_row = pt.switch(closed > 0, closed_mu, open_mu)
+                x = pt.switch(closed > 0, x_closed, x_open)
+                log_head = pt.log(pt.clip(1.0 - x, 1e-12, 1.0))
+                log_mu = pt.log(mu_row)
             else:
-                open_mu = laws.latency(rps, c1, c2)
-                closed_mu = laws.closed_loop_latency(conc, c1, c2)
-                x_open = rps * c2
-                x_closed = conc * c2 / closed_mu
-            mu_row = pt.switch(closed > 0, closed_mu, open_mu)
-            x = pt.switch(closed > 0, x_closed, x_open)
+                # log L = log C1 - log(1 - x), open and closed loop alike (laws.log_headroom)
+                log_head = laws.log_headroom(c1, c2, rps, conc, r["closed"] > 0)
+                log_mu = pt.log(c1) - log_head
             sigma0 = pm.HalfNormal("sigma0", pr["sigma"])
             gamma = pm.HalfNormal("gamma", pr["noise_growth"])
-            headroom = pt.clip(1.0 - x, 1e-12, 1.0)
-            sigma_row = sigma0 * pt.exp(-gamma * pt.log(headroom))
-            pm.LogNormal(
-                "latency",
-                mu=pt.log(mu_row),
-                sigma=sigma_row,
-                observed=r["latency"],
-                dims="obs",
-            )
+            sigma_row = sigma0 * pt.exp(-gamma * log_head)
+            pm.LogNormal("latency", mu=log_mu, sigma=sigma_row, observed=r["latency"], dims="obs")
         return model
 
 

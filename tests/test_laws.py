@@ -256,3 +256,49 @@ def test_moe_latency_satisfies_its_equation(rps, c1u, c1s, c2u, c2s, m, big_m, k
         rhs = (c1u + phi * c1s) / (1 - rps * (c2u + phi * c2s))
         assert lat == pytest.approx(rhs, rel=1e-9)
         assert lat >= laws.latency(rps, c1u, c2u) - 1e-12  # least fixed point above phi = 0
+
+
+def test_log_headroom_gives_both_latency_laws():
+    c1 = np.array([2.0, 2.0, 3.0, 3.0, 1.0])
+    c2 = np.array([0.1, 0.1, 0.05, 0.05, 0.5])
+    rps = np.array([0.0, 4.0, 0.0, 0.0, 3.0])  # last row saturated: x = 1.5
+    conc = np.array([0.0, 0.0, 1.0, 16.0, 0.0])
+    closed = np.array([False, False, True, True, False])
+    lh = laws.log_headroom(c1, c2, rps, conc, closed)
+    want = np.where(closed, laws.closed_loop_latency(conc, c1, c2), laws.latency(rps, c1, c2))
+    got = np.exp(np.log(c1) - lh)
+    np.testing.assert_allclose(got[:4], want[:4], rtol=1e-12)
+    assert lh[4] == -np.inf and want[4] == np.inf
+    # pruned branches (all open / all closed) equal the mixed form
+    np.testing.assert_allclose(
+        laws.log_headroom(c1[:4], c2[:4], rps[:4], conc[:4], np.zeros(4, bool)),
+        np.log1p(-rps[:4] * c2[:4]),
+    )
+    np.testing.assert_allclose(
+        laws.log_headroom(c1, c2, rps, conc, np.ones(5, bool)),
+        np.log(c1) - np.log(c1 + conc * c2),
+    )
+
+
+def test_log_headroom_graph_matches_numpy_and_has_finite_gradient():
+    import pytensor
+    import pytensor.tensor as pt
+
+    c1v, c2v = pt.vector("c1"), pt.vector("c2")
+    rps = np.array([1.0, 5.0, 0.0])
+    conc = np.array([0.0, 0.0, 8.0])
+    closed = np.array([False, False, True])
+    out = laws.log_headroom(c1v, c2v, rps, conc, closed)
+    f = pytensor.function([c1v, c2v], [out, pt.grad(out.sum(), c2v)])
+    c1, c2 = np.array([1.0, 1.0, 1.0]), np.array([0.1, 0.3, 0.1])  # row 2 saturated
+    lh, grad = f(c1, c2)
+    np.testing.assert_allclose(lh, laws.log_headroom(c1, c2, rps, conc, closed))
+    assert np.isfinite(grad).all()
+
+
+def test_cycle_cost_pieces_compose_effective_costs():
+    c1, c2 = laws.effective_costs(0.1, 0.02, 0.003, 0.01, 0.001, 0.0002, 256, 0.7, 4)
+    passes = laws.verifier_passes(256, 0.7, 4)
+    assert passes == pytest.approx(256 / laws.expected_tokens(0.7, 4))
+    assert c1 == pytest.approx(0.1 + passes * (0.02 + 4 * 0.003))
+    assert c2 == pytest.approx(laws.cycle_cost(0.01, passes, laws.pass_cost(0.001, 0.0002, 4)))
