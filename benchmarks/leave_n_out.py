@@ -5,6 +5,8 @@ appends the table to ``benchmarks/leave_n_out.md``.
 
     .venv/bin/python benchmarks/leave_n_out.py --model dense --hardware H100-SXM \
         --verifiers Qwen3-8B,Qwen3-14B,Qwen3-32B,Llama-3.1-8B,Llama-3.1-70B --write
+
+``--hardware`` takes a comma list (default: both GPUs of the paper set).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ OUT = Path(__file__).with_name("leave_n_out.md")
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="dense", choices=["dense", "sd", "moe"])
-    ap.add_argument("--hardware", default="H100-SXM")
+    ap.add_argument("--hardware", default="H100-SXM,A100-SXM-80GB", help="comma list")
     ap.add_argument(
         "--verifiers", default="Qwen3-8B,Qwen3-14B,Qwen3-32B,Llama-3.1-8B,Llama-3.1-70B"
     )
@@ -37,7 +39,8 @@ def main() -> None:
 
     data = load_dataset("paper")
     verifiers = args.verifiers.split(",")
-    rows = data[data.verifier.isin(verifiers) & (data.hardware == args.hardware)]
+    hardware = args.hardware.split(",")
+    rows = data[data.verifier.isin(verifiers) & data.hardware.isin(hardware)]
     if args.model == "dense":
         rows = rows[rows.k == 0]
     ns = [int(x) for x in args.n.split(",")]

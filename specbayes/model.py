@@ -950,6 +950,11 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
             white_idx[gi, : len(members)] = members
             white_val[gi, : len(members)] = chol[i]
             shrink_val[gi, : len(members)] = shrink[i]
+    # a pair sampled as (log total, logit share) is unresolved as a whole when its share is:
+    # the hierarchical prior acts on both log coefficients, not on the total
+    pair_weak = weak[pa] | weak[pb]
+    weak[pa] = pair_weak
+    weak[pb] = pair_weak
     return Parametrisation(
         n=n,
         base_index=base_index,
@@ -1341,7 +1346,7 @@ class LatencyModel:
             if d.model_name == "moe":
                 c1s, c2s = passes * cb["c1s"][grp], passes * cb["c2s"][grp]
                 mr = pt.as_tensor(r["m_ratio"])
-                open_mu = laws.moe_latency_unrolled(
+                open_mu = laws.moe_latency_implicit(
                     rps, c1, c1s, c2, c2s, mr, 1.0, k, iterations=MOE_ITERATIONS
                 )
                 phi_o = laws.expert_coverage(laws.routed_tokens(rps, open_mu, k), mr, 1.0)

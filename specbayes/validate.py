@@ -213,6 +213,7 @@ def _run_fold(args) -> tuple[list[dict], list[pd.DataFrame]]:
                 "wall_s": time.perf_counter() - t0,
                 "divergences": int(diag.attrs.get("divergences", 0)),
                 "max_rhat": float(diag["r_hat"].max()),
+                "min_ess_bulk": float(diag["ess_bulk"].min()),
             }
         )
     return rows, preds
