@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -302,3 +303,95 @@ def test_cycle_cost_pieces_compose_effective_costs():
     assert passes == pytest.approx(256 / laws.expected_tokens(0.7, 4))
     assert c1 == pytest.approx(0.1 + passes * (0.02 + 4 * 0.003))
     assert c2 == pytest.approx(laws.cycle_cost(0.01, passes, laws.pass_cost(0.001, 0.0002, 4)))
+
+
+# ---------------------------------------------------------------- implicit MoE fixed point
+
+MOE_CASES = [  # rps, c1u, c1s, c2u, c2s, m, M, k
+    (3.0, 0.4, 0.6, 0.01, 0.03, 8, 128, 2),
+    (5.0, 0.5, 0.2, 0.02, 0.05, 8, 128, 0),
+    (1.0, 0.3, 0.4, 0.03, 0.02, 4, 64, 5),
+    (20.0, 0.05, 0.2, 0.004, 0.03, 8, 128, 3),  # far along the coverage curve
+    (0.0, 0.4, 0.3, 0.01, 0.02, 8, 128, 0),
+]
+
+
+def _implicit_graph(**kwargs):
+    import pytensor
+    import pytensor.tensor as pt
+
+    v = [pt.dvector(n) for n in ("rps", "c1u", "c1s", "c2u", "c2s")]
+    m, big_m, k = pt.dvector("m"), pt.dvector("M"), pt.dvector("k")
+    out = laws.moe_latency_implicit(*v, m, big_m, k, **kwargs)
+    grads = pt.grad(out.sum(), v)
+    return pytensor.function([*v, m, big_m, k], [out, *grads])
+
+
+def test_moe_latency_implicit_value_and_gradient_match_the_fixed_point():
+    cases = np.array(MOE_CASES, dtype=float).T
+    f = _implicit_graph()
+    out, *grads = f(*cases)
+    exact = laws.moe_latency(*cases)
+    np.testing.assert_allclose(out, exact, rtol=1e-10)
+    np.testing.assert_array_equal(laws.moe_latency_implicit(*cases), exact)  # numpy path
+    for j, grad in enumerate(grads):  # central differences of the converged fixed point
+        h = 1e-6 * np.maximum(np.abs(cases[j]), 1e-3)
+        up, dn = cases.copy(), cases.copy()
+        up[j] += h
+        dn[j] -= h
+        fd = (laws.moe_latency(*up) - laws.moe_latency(*dn)) / (2 * h)
+        ok = cases[j] > 0  # rps = 0 sits on the domain edge: one-sided there
+        np.testing.assert_allclose(grad[ok], fd[ok], rtol=1e-5, atol=1e-9)
+
+
+@functools.cache
+def _implicit_fn():
+    return _implicit_graph()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.floats(0.1, 30.0),
+    st.floats(0.05, 1.0),
+    st.floats(0.0, 1.0),
+    st.floats(1e-3, 0.05),
+    st.floats(0.0, 0.05),
+    st.integers(0, 6),
+)
+def test_moe_latency_implicit_is_the_least_fixed_point(rps, c1u, c1s, c2u, c2s, k):
+    case = np.array([[rps, c1u, c1s, c2u, c2s, 8, 128, k]], dtype=float)
+    exact = laws.moe_latency(*case.T)
+    out = _implicit_fn()(*case.T)[0]
+    try:  # a fixed number of graph steps resolves all but near-tangent fixed points
+        laws.moe_latency(*case.T, max_iter=200)
+    except RuntimeError:
+        return
+    if np.isfinite(exact[0]):
+        assert out[0] == pytest.approx(exact[0], rel=1e-9)
+    else:
+        assert np.isinf(out[0])
+
+
+def test_moe_latency_implicit_saturated_rows_are_inf_without_nan_gradients():
+    import pytensor
+    import pytensor.tensor as pt
+
+    rps = pt.dvector("rps")
+    c = [pt.dvector(n) for n in ("c1u", "c1s", "c2u", "c2s")]
+    out = laws.moe_latency_implicit(rps, *c, 8, 128, 2)
+    masked = pt.switch(pt.isinf(out), 0.0, pt.log(out))  # as a likelihood would see it
+    f = pytensor.function([rps, *c], [out, *pt.grad(masked.sum(), [rps, *c])])
+    # row 0: no finite fixed point (phi = 0 unsaturated); row 1: saturated at phi = 0;
+    # row 2: finite
+    vals = [
+        np.array([12.0, 60.0, 3.0]),
+        np.array([0.5, 0.5, 0.4]),
+        np.array([0.7, 0.7, 0.6]),
+        np.array([0.02, 0.02, 0.01]),
+        np.array([0.08, 0.08, 0.03]),
+    ]
+    lat, *grads = f(*vals)
+    assert np.isinf(lat[:2]).all() and np.isfinite(lat[2])
+    for g in grads:
+        assert np.isfinite(g).all()
+        assert (g[:2] == 0).all()
