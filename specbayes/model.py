@@ -22,9 +22,10 @@ DESIGN §1.6):
 Open-loop rows (rate λ): :math:`\mu = C_1/(1 - \lambda C_2)`; closed-loop rows (N streams):
 :math:`\mu = C_1 + N C_2` — the same coefficients (DESIGN §1.1). For ``moe``,
 :math:`\varphi(T) = 1 - (1 - m/M)^T` with :math:`T = \lambda\mu(k+1)` taken from the model's
-own latency: :func:`specbayes.laws.moe_latency_unrolled` iterates the fixed-point map from
-:math:`\varphi = 0` (``moe_iterations`` times, default 30) inside the graph, so the gradient
-flows through the fixed point. For closed-loop MoE rows the batch is N, so :math:`T = N(k+1)`.
+own latency: :func:`specbayes.laws.moe_latency_implicit` finds the least fixed point inside
+the graph without a gradient (monotone iterations from :math:`\varphi = 0`, then Newton) and
+differentiates it by the implicit function theorem. For closed-loop MoE rows the batch is N,
+so :math:`T = N(k+1)`.
 The MoE split puts the coverage-dependent part on the verifier pass: :math:`C_{1u}, C_{2u}`
 are the sd costs, :math:`C_{1s} = w\,c_{1s}`, :math:`C_{2s} = w\,c_{2s}`. Experts per token
 ``m`` and experts per layer ``M`` come from the columns ``experts_per_token`` /
@@ -1346,9 +1347,7 @@ class LatencyModel:
             if d.model_name == "moe":
                 c1s, c2s = passes * cb["c1s"][grp], passes * cb["c2s"][grp]
                 mr = pt.as_tensor(r["m_ratio"])
-                open_mu = laws.moe_latency_implicit(
-                    rps, c1, c1s, c2, c2s, mr, 1.0, k, iterations=MOE_ITERATIONS
-                )
+                open_mu = laws.moe_latency_implicit(rps, c1, c1s, c2, c2s, mr, 1.0, k)
                 phi_o = laws.expert_coverage(laws.routed_tokens(rps, open_mu, k), mr, 1.0)
                 phi_c = laws.expert_coverage(conc * (k + 1.0), mr, 1.0)
                 closed_mu = laws.closed_loop_latency(conc, c1 + phi_c * c1s, c2 + phi_c * c2s)
