@@ -61,8 +61,8 @@ __all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "Fit", "fit", "load_fit"]
 SAMPLER_DEFAULTS: dict[str, Any] = {
     "sampler": "nutpie",
     "chains": 4,
-    "draws": 750,
-    "tune": 750,
+    "draws": 1000,
+    "tune": 1500,
     "cores": None,  # None: min(chains, CPUs)
     "seed": 20260,
     "low_rank": True,  # nutpie's low-rank modified mass matrix

@@ -362,8 +362,8 @@ def test_moe_latency_implicit_is_the_least_fixed_point(rps, c1u, c1s, c2u, c2s, 
     case = np.array([[rps, c1u, c1s, c2u, c2s, 8, 128, k]], dtype=float)
     exact = laws.moe_latency(*case.T)
     out = _implicit_fn()(*case.T)[0]
-    try:  # a fixed number of graph steps resolves all but near-tangent fixed points
-        laws.moe_latency(*case.T, max_iter=200)
+    try:  # the graph's fixed budget of plain steps resolves all but near-tangent fixed points
+        laws.moe_latency(*case.T, max_iter=laws.MOE_IMPLICIT_ITERATIONS)
     except RuntimeError:
         return
     if np.isfinite(exact[0]):
