@@ -1353,11 +1353,9 @@ class LatencyModel:
                 closed_mu = laws.closed_loop_latency(conc, c1 + phi_c * c1s, c2 + phi_c * c2s)
                 x_open = rps * (c2 + phi_o * c2s)
                 x_closed = conc * (c2 + phi_c * c2s) / closed_mu
-            if d.model_name == "moe":
-                mu_row = pt.switch(closed > 0, closed_mu, open_mu)
                 x = pt.switch(closed > 0, x_closed, x_open)
                 log_head = pt.log(pt.clip(1.0 - x, 1e-12, 1.0))
-                log_mu = pt.log(mu_row)
+                log_mu = pt.log(pt.switch(closed > 0, closed_mu, open_mu))
             else:
                 # log L = log C1 - log(1 - x), open and closed loop alike (laws.log_headroom)
                 log_head = laws.log_headroom(c1, c2, rps, conc, r["closed"] > 0)
