@@ -323,7 +323,7 @@ def log_headroom(c1: Any, c2: Any, rps: Any, concurrency: Any, closed: Any) -> A
         open_ = xp.where(feasible, xp.log1p(-safe), -np.inf)
         if not any_closed:
             return open_
-        return xp.where(np.asarray(closed) > 0 if fixed else closed > 0, closed_, open_)
+        return xp.where(closed > 0, closed_, open_)
 
 
 def effective_costs(
