@@ -46,13 +46,18 @@ from specbayes import __version__
 from specbayes.data import SweepTable, cell_label, validate_sweeps
 from specbayes.model import (
     DRAFT_COEFS,
+    SHARE_PAIRS,
+    SHARE_SD_FACTOR,
     TREND,
     Design,
     LatencyModel,
     _trend_value,
     build_design,
+    draw_pair,
     forward_numpy,
     merge_priors,
+    pair_log_weight,
+    pair_name,
 )
 
 __all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "Fit", "fit", "load_fit"]
@@ -482,6 +487,14 @@ class Fit:
             return post["tau"].sel(tau_coef=coef).values
         return np.full(n, float(merge_priors(self.config.get("priors"))["cell_sd"]))
 
+    def _draw_pairs(self, post, loc: dict, g: np.ndarray, rng) -> None:
+        """Per-cell deviations of unseen units for the pairs, in place (:func:`draw_pair`)."""
+        sd = SHARE_SD_FACTOR * float(merge_priors(self.config.get("priors"))["cell_sd"])
+        for a, b in SHARE_PAIRS[self.model_name]:
+            tau = self._tau(post, pair_name(a, b), loc[a].shape[0])
+            lwa, lwb = pair_log_weight(a, g), pair_log_weight(b, g)
+            loc[a], loc[b] = draw_pair(loc[a], loc[b], lwa, lwb, tau, sd, rng)
+
     def _unit_draws(self, rows: pd.DataFrame) -> dict[str, np.ndarray]:
         """Log-coefficient draws (sample, row) for each coefficient, unseen units drawn anew."""
         d = self.design
@@ -505,10 +518,13 @@ class Fit:
             seen = uidx >= 0
             col[:, seen] = th[:, uidx[seen], j]
             if len(unseen):
-                loc = self._hyper_loc(post, c, unseen)
-                tau = self._tau(post, c, n_s)
-                new[c] = loc + tau[:, None] * rng.standard_normal(loc.shape)
+                new[c] = self._hyper_loc(post, c, unseen)
+                if not any(c in pair for pair in SHARE_PAIRS[self.model_name]):
+                    tau = self._tau(post, c, n_s)
+                    new[c] = new[c] + tau[:, None] * rng.standard_normal(new[c].shape)
             out[c] = col
+        if len(unseen):
+            self._draw_pairs(post, new, unseen["g"].to_numpy(dtype=float), rng)
         if len(unseen):
             pos = pd.MultiIndex.from_frame(unseen[keys]).get_indexer(
                 pd.MultiIndex.from_frame(rows.loc[uidx < 0, keys])

@@ -159,3 +159,107 @@ def test_empty_design_rejected():
 def test_dense_design_rejects_sd_rows(sd_data):
     with pytest.raises(ValueError, match="k = 0"):
         build_design(sd_data[0], "dense")
+
+
+# ---------------------------------------------------------------------------------------------
+# learned per-cell scales: pair totals and adaptive centring
+# ---------------------------------------------------------------------------------------------
+
+
+def test_dense_model_learns_the_scale_of_pair_totals_not_of_their_split():
+    cells = ((256, 256), (512, 512), (1024, 256), (256, 1024), (768, 768))
+    df, _ = simulate_sweeps(model="dense", seed=4, cells=cells)
+    lm = LatencyModel(build_design(validate_sweeps(df).data, "dense"))
+    learned = lm.structure["learned_tau"]
+    assert set(learned) == {"c1p+c1v", "c2p+c2v"}
+    assert list(lm.model.coords["tau_coef"]) == learned
+    slots, which = lm.learned_scale_slots()
+    np.testing.assert_array_equal(np.sort(slots), np.sort(lm.param.pair_a))
+    assert set(which) == {0, 1}
+    point = lm.model.initial_point()
+    assert all(np.isfinite(v) for v in lm.model.point_logps(point).values())
+
+
+def _centring_case(h, tau, cell_sd=0.15):
+    from types import SimpleNamespace
+
+    from specbayes.model import adaptive_centring
+
+    n = len(h)
+    par = SimpleNamespace(
+        data_prec=np.asarray(h, dtype=float),
+        prior_prec=np.full(n, 1.0 / cell_sd**2),
+        ref=np.full(n, 2.0),
+        pair_a=np.zeros(0, dtype=int),
+        pair_b=np.zeros(0, dtype=int),
+        pair_lwa=np.zeros(0),
+        pair_lwb=np.zeros(0),
+    )
+    m = np.full(n, 1.0)
+    lz = np.linspace(-1.0, 1.0, n) / np.sqrt(np.asarray(h) + 1.0 / cell_sd**2)
+    slots = np.arange(n)
+    phi, log_jac = adaptive_centring(np.zeros(n), lz, m, np.full(n, tau), slots, par, np)
+    return phi, log_jac, lz
+
+
+def test_adaptive_centring_limits_and_jacobian():
+    cell_sd = 0.15
+    # at the whitening's own scale: the slot's conditional posterior, unit Jacobian
+    h = np.array([0.0, 100.0, 1e6])
+    phi, log_jac, lz = _centring_case(h, cell_sd)
+    p = 1 / cell_sd**2
+    np.testing.assert_allclose(phi, (h * 2.0 + p * 1.0) / (h + p) + lz)
+    assert log_jac == pytest.approx(0.0, abs=1e-12)
+    # a slot the data do not see is non-centred at the learned scale: m + tau * z
+    tau = 0.01
+    phi, log_jac, lz = _centring_case(np.array([0.0]), tau)
+    z = lz * np.sqrt(1 / cell_sd**2)
+    np.testing.assert_allclose(phi, 1.0 + tau * z)
+    assert log_jac == pytest.approx(np.log(tau / cell_sd))
+    # a slot the data pin stays centred on its least-squares value whatever tau is
+    for tau in (0.01, 0.15, 1.0):
+        phi, log_jac, lz = _centring_case(np.array([1e8]), tau)
+        assert phi[0] == pytest.approx(2.0 + lz[0], abs=1e-4)
+        assert log_jac == pytest.approx(0.0, abs=1e-3)
+    # log-Jacobian = sum of log d phi_j / d (Lz)_j (finite differences)
+    from types import SimpleNamespace
+
+    from specbayes.model import adaptive_centring
+
+    h = np.array([3.0, 400.0])
+    par = SimpleNamespace(
+        data_prec=h,
+        prior_prec=np.full(2, 1 / cell_sd**2),
+        ref=np.array([2.0, -1.0]),
+        pair_a=np.zeros(0, dtype=int),
+        pair_b=np.zeros(0, dtype=int),
+        pair_lwa=np.zeros(0),
+        pair_lwb=np.zeros(0),
+    )
+    tau, m, lz, eps = np.full(2, 0.05), np.array([1.0, 0.5]), np.array([0.1, -0.2]), 1e-6
+    phi0, log_jac = adaptive_centring(np.zeros(2), lz, m, tau, np.arange(2), par, np)
+    slopes = [
+        (adaptive_centring(np.zeros(2), lz + eps * e, m, tau, np.arange(2), par, np)[0] - phi0)[i]
+        / eps
+        for i, e in enumerate(np.eye(2))
+    ]
+    assert log_jac == pytest.approx(np.sum(np.log(slopes)), rel=1e-5)
+
+
+def test_draw_pair_deviates_the_total_by_its_scale_and_the_split_by_the_share_sd():
+    from specbayes.model import draw_pair
+
+    rng = np.random.default_rng(0)
+    n_s = 20000
+    loc_a = np.full((n_s, 2), np.log(0.02))
+    loc_b = np.full((n_s, 2), np.log(1e-4))
+    g = np.array([256.0, 1024.0])
+    lwa, lwb = np.zeros(2), np.log(g)
+    total0 = np.log(0.02 + g * 1e-4)
+    ta, tb = draw_pair(loc_a, loc_b, lwa, lwb, np.zeros(n_s), 0.2, rng)
+    # no total deviation: every draw keeps the location's total, only the split moves
+    np.testing.assert_allclose(np.log(np.exp(ta) + g * np.exp(tb)), total0[None, :].repeat(n_s, 0))
+    assert np.std(tb - ta, axis=0) == pytest.approx([0.2, 0.2], rel=0.03)
+    ta, tb = draw_pair(loc_a, loc_b, lwa, lwb, np.full(n_s, 0.05), 0.2, rng)
+    dev = np.log(np.exp(ta) + g * np.exp(tb)) - total0[None, :]
+    assert np.std(dev, axis=0) == pytest.approx([0.05, 0.05], rel=0.03)
