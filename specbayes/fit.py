@@ -467,9 +467,12 @@ class Fit:
                 loc = loc + post["verifier_effect"].sel(base_coef=coef).values[:, vv]
             if s["verifier_size"]:
                 ls = np.log(d.verifier_size)
-                loc = loc + post["size_slope"].sel(base_coef=coef).values[:, None] * (
-                    ls[vv] - ls.mean()
+                beta = (
+                    float(pr["size_slope"][0])  # tied to its physical trend (model docs)
+                    if coef in s.get("tied", ())
+                    else post["size_slope"].sel(base_coef=coef).values[:, None]
                 )
+                loc = loc + beta * (ls[vv] - ls.mean())
         kind = TREND[coef]
         if kind is not None:
             t = _trend_value(kind, table["p"].to_numpy(), table["g"].to_numpy())
@@ -744,11 +747,21 @@ class Fit:
             Index: variable element (``arviz.summary`` naming); columns ``variable``,
             ``r_hat``, ``ess_bulk``, ``ess_tail``, ``divergences`` (the run's total, repeated).
         """
+        import warnings
+
         import arviz as az
 
         post = self.idata.posterior
         names = [v for v in HEALTH_VARS if v in post]
-        s = az.summary(self.idata, var_names=names, kind="diagnostics")
+        with warnings.catch_warnings():
+            # the effects of tied coefficients are exactly 0 (no variance: ArviZ warns and
+            # reports NaN); they are not parameters and are dropped below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            s = az.summary(self.idata, var_names=names, kind="diagnostics")
+        tied = self.config.get("structure", {}).get("tied", [])
+        if tied:
+            pattern = rf"^(verifier|hardware)_effect\[({'|'.join(tied)}),"
+            s = s[~s.index.str.match(pattern)]
         s = s[["r_hat", "ess_bulk", "ess_tail"]].copy()
         s.insert(0, "variable", [i.split("[")[0] for i in s.index])
         s["divergences"] = self.divergences

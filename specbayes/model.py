@@ -74,6 +74,12 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
   between them (only a weighted sum of their squares is identified) and drove one to zero
   (460 leapfrog steps per draw); with the fixed prior scale on the coefficients, unseen-cell
   intervals were ~10x too wide (90 % intervals covered 100 % of held-out rows).
+* *Tied* coefficients (``structure['tied']``): when most units cannot see a pair's split,
+  its minor member (``c1p``, ``c2p`` in dense-only data, where prefill is ~1 % of a request's
+  cost) keeps only its level and its physical trend — no verifier or hardware effect, size
+  and cell slopes fixed at their prior means. Free, those terms could only fit residuals of
+  the total, which they did in more than one way (two modes, R-hat 1.74 on a leave-2-out
+  fold of five paper verifiers).
 
 Why centred, and why whitened
 -----------------------------
@@ -1173,6 +1179,21 @@ def decide_structure(design: Design, param: Parametrisation | None = None) -> di
     for a, b in SHARE_PAIRS[design.model_name]:
         if len(design.units) and design.units["cell"].nunique() >= LEARN_SCALE_MIN_LEVELS:
             taus.append(pair_name(a, b))
+    # the minor member of a pair whose split the data cannot see (c1p, c2p in dense-only
+    # data: prefill is ~1 % of a request's cost) follows its physical trend from its level
+    # alone: no verifier, hardware or free size/trend terms (they could only fit residuals of
+    # the total, and did so in several ways: two modes, R-hat 1.74)
+    tied = []
+    if param is not None:
+        ref_phi = to_share(param.ref, param.pair_a, param.pair_b, param.pair_lwa, param.pair_lwb)
+        n_u = len(design.units)
+        for i, (a, b) in enumerate(SHARE_PAIRS[design.model_name]):
+            sl = slice(i * n_u, (i + 1) * n_u)
+            if n_u and float(np.mean(param.weak[param.pair_b[sl]])) >= 0.5:
+                share_b = float(np.median(_sigmoid(ref_phi[param.pair_b[sl]])))
+                tied.append(a if share_b > 0.5 else b)
+    slopes = [c for c in slopes if c not in tied]
+    s["tied"] = tied
     s["free_slopes"] = slopes
     s["learned_tau"] = taus
     return s
@@ -1347,20 +1368,27 @@ class LatencyModel:
                     tau.append(pt.as_tensor(float(pr["cell_sd"])))
             tau = pt.stack(tau)
 
-            def effect(name, dim, on, learned, scale, covariate=None):
+            def effect(name, dim, on, learned, scale, covariate=None, keep=None):
+                """Effect matrix (on, dim); rows of ``on`` outside ``keep`` are zero."""
                 sc = pm.HalfNormal(f"{name}_scale", scale) if learned else scale
-                if covariate is None:
+                n_on, n_lev = len(self.coords()[on]), len(self.coords()[dim])
+                rows = np.flatnonzero(keep) if keep is not None else np.arange(n_on)
+                if covariate is None and len(rows) == n_on:
                     return pm.ZeroSumNormal(name, sigma=sc, dims=(on, dim))
+                if covariate is None:
+                    raw = pm.ZeroSumNormal(f"{name}_raw", sigma=sc, shape=(len(rows), n_lev))
+                    full = pt.set_subtensor(pt.zeros((n_on, n_lev))[rows], raw)
+                    return pm.Deterministic(name, full, dims=(on, dim))
                 # orthogonal to the level *and* the size covariate: otherwise a zero-sum
                 # effect can carry a linear trend in log size, and slope and effects trade
                 # off along a ridge only the effect prior bounds (R-hat 2.5 on paper data)
                 basis = effect_basis(covariate)
-                raw = pm.Normal(
-                    f"{name}_raw", 0.0, sc, shape=(len(self.coords()[on]), basis.shape[1])
-                )
-                return pm.Deterministic(name, raw @ basis.T, dims=(on, dim))
+                raw = pm.Normal(f"{name}_raw", 0.0, sc, shape=(len(rows), basis.shape[1]))
+                full = pt.set_subtensor(pt.zeros((n_on, basis.shape[1]))[rows], raw)
+                return pm.Deterministic(name, full @ basis.T, dims=(on, dim))
 
             bidx = [ci[c] for c in d.base_coefs]
+            untied = np.array([0.0 if c in s.get("tied", ()) else 1.0 for c in d.base_coefs])
             loc_b = pt.zeros((len(d.units), len(bidx))) + mu[bidx][None, :]
             uv = d.units["verifier"].map({v: i for i, v in enumerate(d.verifiers)}).to_numpy()
             uh = d.units["hardware"].map({h: i for i, h in enumerate(d.hardware)}).to_numpy()
@@ -1373,6 +1401,7 @@ class LatencyModel:
                     s["verifier_scale_learned"],
                     pr["verifier_sd"],
                     vsize,
+                    keep=untied > 0,
                 )
                 loc_b = loc_b + ve[:, uv].T
             if s["hardware_effect"]:
@@ -1382,6 +1411,7 @@ class LatencyModel:
                     "coef",
                     s["hardware_scale_learned"],
                     pr["hardware_sd"],
+                    keep=np.array([c not in s.get("tied", ()) for c in coefs]),
                 )
                 loc_b = loc_b + he[bidx][:, uh].T
             if s["verifier_size"]:
@@ -1389,7 +1419,8 @@ class LatencyModel:
                 beta = pm.Normal(
                     "size_slope", pr["size_slope"][0], pr["size_slope"][1], dims="base_coef"
                 )
-                loc_b = loc_b + beta[None, :] * ls[uv][:, None]
+                beta_eff = pt.switch(untied > 0, beta, float(pr["size_slope"][0]))
+                loc_b = loc_b + beta_eff[None, :] * ls[uv][:, None]
             loc_b = loc_b + slope[bidx][None, :] * self.trend_matrix(d.units, d.base_coefs)
 
             if has_draft:
