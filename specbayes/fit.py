@@ -46,7 +46,6 @@ from specbayes import __version__
 from specbayes.data import SweepTable, cell_label, validate_sweeps
 from specbayes.model import (
     DRAFT_COEFS,
-    SHARE_PAIRS,
     SHARE_SD_FACTOR,
     TREND,
     Design,
@@ -58,6 +57,7 @@ from specbayes.model import (
     merge_priors,
     pair_log_weight,
     pair_name,
+    pooled_pairs,
 )
 
 __all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "Fit", "fit", "load_fit"]
@@ -493,9 +493,10 @@ class Fit:
     def _draw_pairs(self, post, loc: dict, g: np.ndarray, rng) -> None:
         """Per-cell deviations of unseen units for the pairs, in place (:func:`draw_pair`)."""
         sd = SHARE_SD_FACTOR * float(merge_priors(self.config.get("priors"))["cell_sd"])
-        for a, b in SHARE_PAIRS[self.model_name]:
+        for a, b in pooled_pairs(self.model_name):
             tau = self._tau(post, pair_name(a, b), loc[a].shape[0])
-            lwa, lwb = pair_log_weight(a, g), pair_log_weight(b, g)
+            lwa = pair_log_weight(a, g, self.model_name)
+            lwb = pair_log_weight(b, g, self.model_name)
             loc[a], loc[b] = draw_pair(loc[a], loc[b], lwa, lwb, tau, sd, rng)
 
     def _unit_draws(self, rows: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -522,7 +523,7 @@ class Fit:
             col[:, seen] = th[:, uidx[seen], j]
             if len(unseen):
                 new[c] = self._hyper_loc(post, c, unseen)
-                if not any(c in pair for pair in SHARE_PAIRS[self.model_name]):
+                if not any(c in pair for pair in pooled_pairs(self.model_name)):
                     tau = self._tau(post, c, n_s)
                     new[c] = new[c] + tau[:, None] * rng.standard_normal(new[c].shape)
             out[c] = col

@@ -214,6 +214,11 @@ SHARE_PAIRS: dict[str, tuple[tuple[str, str], ...]] = {
     "sd": (),
     "moe": (("c1v", "c1s"), ("c2v", "c2s")),
 }
+#: Levels whose pairs are also *pooled* on (log total, logit share) — per-cell deviation of
+#: the total with a learned scale, of the share with a fixed one. Validated on dense-only data
+#: (calibrated unseen-cell intervals); the moe level keeps independent priors on the two log
+#: coefficients until pooling its pairs is validated on MoE data.
+POOLED_PAIR_LEVELS = ("dense",)
 #: A pair's logit share deviates across cells with sd ``SHARE_SD_FACTOR * cell_sd`` (the sd
 #: of a difference of two independent ``cell_sd`` deviations); its scale is never learned.
 SHARE_SD_FACTOR = float(np.sqrt(2.0))
@@ -795,10 +800,17 @@ def _pooled_location(design, theta, base_index, draft_index, alpha_index, priors
     return loc
 
 
-def pair_log_weight(coef: str, g: Any) -> Any:
+def pooled_pairs(model_name: str) -> tuple[tuple[str, str], ...]:
+    """The :data:`SHARE_PAIRS` of a level whose hierarchy lives on the pair's axes."""
+    return SHARE_PAIRS[model_name] if model_name in POOLED_PAIR_LEVELS else ()
+
+
+def pair_log_weight(coef: str, g: Any, model_name: str = "dense") -> Any:
     r"""Log weight of a coefficient in its pair's total: :math:`\log g` for ``c1v, c2v`` in
-    the ``dense`` totals :math:`C = c_p + g c_v`, else 0 (see :func:`_share_pairs`)."""
-    return np.log(np.asarray(g, dtype=float)) if coef in ("c1v", "c2v") else np.zeros(np.shape(g))
+    the ``dense`` totals :math:`C = c_p + g c_v`, else 0 (``moe``: :math:`c_v + c_s`)."""
+    if model_name == "dense" and coef in ("c1v", "c2v"):
+        return np.log(np.asarray(g, dtype=float))
+    return np.zeros(np.shape(g))
 
 
 def pair_name(a: str, b: str) -> str:
@@ -821,8 +833,8 @@ def _share_pairs(design: Design, base_index: np.ndarray):
             pa.append(base_index[u, ja])
             pb.append(base_index[u, jb])
             gu = float(design.units["g"].iloc[u])
-            lwa.append(float(pair_log_weight(a, gu)))
-            lwb.append(float(pair_log_weight(b, gu)))
+            lwa.append(float(pair_log_weight(a, gu, design.model_name)))
+            lwb.append(float(pair_log_weight(b, gu, design.model_name)))
     return (
         np.array(pa, dtype=np.int64),
         np.array(pb, dtype=np.int64),
@@ -982,8 +994,11 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
         # log total 1/cell_sd^2, a pair's logit share 1/(2 cell_sd^2) (SHARE_SD_FACTOR), a
         # latent logit alpha 1
         prec = np.where(is_alpha[members], 1.0, 1.0 / cell_sd**2)
-        prec = np.where(np.isin(members, pb), prec / SHARE_SD_FACTOR**2, prec)
-        pmat = np.diag(prec)
+        if pooled_pairs(design.model_name):
+            prec = np.where(np.isin(members, pb), prec / SHARE_SD_FACTOR**2, prec)
+            pmat = np.diag(prec)
+        else:  # independent priors on the log coefficients, mapped to the pair's axes
+            pmat = tmat.T @ np.diag(prec) @ tmat
         h += pmat
         cov = np.linalg.inv(h)
         cov = 0.5 * (cov + cov.T)
@@ -1155,7 +1170,7 @@ def decide_structure(design: Design, param: Parametrisation | None = None) -> di
         design.draft_coefs and nd >= 3 and np.all(np.isfinite(design.drafter_size))
     )
     slopes, taus = [], []
-    paired = {c for pair in SHARE_PAIRS[design.model_name] for c in pair}
+    paired = {c for pair in pooled_pairs(design.model_name) for c in pair}
     for c in design.coefs:
         kind = TREND[c]
         table = design.dunits if c in DRAFT_COEFS else design.units
@@ -1176,7 +1191,7 @@ def decide_structure(design: Design, param: Parametrisation | None = None) -> di
             taus.append(c)
     # a pair's log total is resolved in every unit (its split is what the data cannot see):
     # its per-cell scale is learned; the share's deviation keeps the fixed prior scale
-    for a, b in SHARE_PAIRS[design.model_name]:
+    for a, b in pooled_pairs(design.model_name):
         if len(design.units) and design.units["cell"].nunique() >= LEARN_SCALE_MIN_LEVELS:
             taus.append(pair_name(a, b))
     # the minor member of a pair whose split the data cannot see (c1p, c2p in dense-only
@@ -1187,7 +1202,7 @@ def decide_structure(design: Design, param: Parametrisation | None = None) -> di
     if param is not None:
         ref_phi = to_share(param.ref, param.pair_a, param.pair_b, param.pair_lwa, param.pair_lwb)
         n_u = len(design.units)
-        for i, (a, b) in enumerate(SHARE_PAIRS[design.model_name]):
+        for i, (a, b) in enumerate(pooled_pairs(design.model_name)):
             sl = slice(i * n_u, (i + 1) * n_u)
             if n_u and float(np.mean(param.weak[param.pair_b[sl]])) >= 0.5:
                 share_b = float(np.median(_sigmoid(ref_phi[param.pair_b[sl]])))
@@ -1288,8 +1303,9 @@ class LatencyModel:
         """
         d, par, learned = self.design, self.param, self.structure["learned_tau"]
         slots, which = [], []
+        in_pair = {c for pair in SHARE_PAIRS[d.model_name] for c in pair}
         for j, c in enumerate(d.base_coefs):
-            if c in learned:
+            if c in learned and c not in in_pair:  # a pair's slots hold (total, share)
                 slots.append(par.base_index[:, j])
                 which.append(np.full(len(d.units), learned.index(c)))
         for j, c in enumerate(d.draft_coefs):
@@ -1297,7 +1313,7 @@ class LatencyModel:
                 slots.append(par.draft_index[:, j])
                 which.append(np.full(len(d.dunits), learned.index(c)))
         n_u = len(d.units)
-        for i, (a, b) in enumerate(SHARE_PAIRS[d.model_name]):
+        for i, (a, b) in enumerate(pooled_pairs(d.model_name)):
             if pair_name(a, b) in learned:
                 slots.append(par.pair_a[i * n_u : (i + 1) * n_u])
                 which.append(np.full(n_u, learned.index(pair_name(a, b))))
@@ -1308,7 +1324,7 @@ class LatencyModel:
     @property
     def paired(self) -> set[str]:
         """Coefficients sampled and pooled as part of a :data:`SHARE_PAIRS` pair."""
-        return {c for pair in SHARE_PAIRS[self.design.model_name] for c in pair}
+        return {c for pair in pooled_pairs(self.design.model_name) for c in pair}
 
     def trend_matrix(self, table: pd.DataFrame, coefs) -> np.ndarray:
         """Centred cell-trend covariates ``t_j`` of the units in ``table``, shape (units, coefs)."""
@@ -1494,7 +1510,7 @@ class LatencyModel:
                     ).sum(),
                 )
             n_u = len(d.units)
-            for i, (a, b) in enumerate(SHARE_PAIRS[d.model_name]):
+            for i, (a, b) in enumerate(pooled_pairs(d.model_name)):
                 sl = slice(i * n_u, (i + 1) * n_u)
                 sl_a, sl_b = par.pair_a[sl], par.pair_b[sl]
                 name = pair_name(a, b)
