@@ -11,10 +11,11 @@ Sampling
 ``"nutpie"`` (default; the fast path on CPU), ``"pymc"`` (PyMC's NUTS) or ``"numpyro"``
 (needs JAX and NumPyro installed; an ImportError-style ``ValueError`` otherwise). One
 ``seed`` feeds the sampler, the posterior predictive draws and the prior draws used for
-unseen cells. Every chain starts at the deterministic least-squares point of
-:func:`specbayes.model.least_squares_reference` (``z = 0``, inside the feasible region
-:math:`\lambda C_2 < 1`), plus the samplers' standard jitter of ±1 in the *whitened*
-coordinates (one posterior standard deviation) so that chains start apart.
+unseen cells. A fit with a latent alpha draws :data:`LATENT_ALPHA_DRAWS` per chain unless
+``draws`` is given (it mixes more slowly). Every chain starts at the deterministic
+least-squares point of :func:`specbayes.model.least_squares_reference` (``z = 0``, inside
+the feasible region :math:`\lambda C_2 < 1`), plus the samplers' standard jitter of ±1 in
+the *whitened* coordinates (one posterior standard deviation) so that chains start apart.
 
 Health
 ------
@@ -57,6 +58,7 @@ from specbayes.model import (
     merge_priors,
     pair_log_weight,
     pair_name,
+    pooled_coefs,
     pooled_pairs,
 )
 
@@ -74,6 +76,12 @@ SAMPLER_DEFAULTS: dict[str, Any] = {
     "target_accept": 0.98,
     "pointwise_max": 4_000_000,
 }
+#: Draws per chain when some alpha is latent and ``sampler_config`` does not set ``draws``:
+#: a latent alpha trades off against the drafter's per-pass cost (a longer acceptance run
+#: needs a dearer draft pass) and the weak prefill terms, a ridge along which NUTS moves
+#: slowly — bulk ESS ~320 of 4 x 1000 draws on the latent-alpha simulation (seed 21; 3000
+#: tuning steps did not change it), so the default doubles the draws to keep ESS >= 400.
+LATENT_ALPHA_DRAWS = 2000
 
 #: Health thresholds (DESIGN §2): divergences, R-hat and bulk ESS over reported quantities.
 THRESHOLDS: dict[str, float] = {"divergences": 0, "r_hat": 1.01, "ess_bulk": 400}
@@ -231,6 +239,8 @@ def fit(
     cfg = _merge_config(sampler_config)
     data, excluded = _prepare(sweeps, model)
     design = build_design(data, model)
+    if design.latent_alpha and "draws" not in (sampler_config or {}):
+        cfg["draws"] = max(cfg["draws"], LATENT_ALPHA_DRAWS)
     t0 = time.perf_counter()
     lm = LatencyModel(design, priors)
     t_build = time.perf_counter() - t0
@@ -523,22 +533,19 @@ class Fit:
             col[:, seen] = th[:, uidx[seen], j]
             if len(unseen):
                 new[c] = self._hyper_loc(post, c, unseen)
-                if not any(c in pair for pair in pooled_pairs(self.model_name)):
+                if c not in pooled_coefs(self.model_name):
                     tau = self._tau(post, c, n_s)
                     new[c] = new[c] + tau[:, None] * rng.standard_normal(new[c].shape)
             out[c] = col
+        p_unit = np.where(uidx >= 0, d.units["p"].to_numpy()[np.maximum(uidx, 0)], np.nan)
         if len(unseen):
             self._draw_pairs(post, new, unseen["g"].to_numpy(dtype=float), rng)
-        if len(unseen):
             pos = pd.MultiIndex.from_frame(unseen[keys]).get_indexer(
                 pd.MultiIndex.from_frame(rows.loc[uidx < 0, keys])
             )
             for c in d.base_coefs:
                 out[c][:, uidx < 0] = new[c][:, pos]
-        p_unit = np.where(uidx >= 0, d.units["p"].to_numpy()[np.maximum(uidx, 0)], np.nan)
-        if len(unseen):
-            p_new = unseen["p"].to_numpy()[pos]
-            p_unit[uidx < 0] = p_new
+            p_unit[uidx < 0] = unseen["p"].to_numpy()[pos]
         ratio = rows["prefill"].to_numpy(dtype=float) / p_unit
         # drafter units
         spec = (rows["k"] > 0).to_numpy()

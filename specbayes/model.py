@@ -65,7 +65,8 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
 * :math:`\tau_j` — per-cell deviation scale: learned from ≥ 5 cells when most units resolve
   coefficient ``j``, fixed at ``cell_sd`` otherwise. An unseen cell is predicted from the trend
   plus a deviation drawn from :math:`\mathcal N(0, \tau_j)`.
-* Pairs (:data:`SHARE_PAIRS`, below) deviate in their own coordinates: the log total
+* Pairs of the ``dense`` level (:data:`POOLED_PAIR_LEVELS`; the ``moe`` pairs keep
+  independent priors on their log coefficients) deviate in their own coordinates: the log total
   :math:`\kappa \sim \mathcal N(\operatorname{logaddexp}(m_a + \log w_a, m_b + \log w_b),
   \tau_\mathrm{pair})` with :math:`\tau_\mathrm{pair}` learned from ≥ 5 cells (every unit
   resolves its total), the logit share :math:`\ell \sim \mathcal N(m_b + \log w_b - m_a -
@@ -805,6 +806,11 @@ def pooled_pairs(model_name: str) -> tuple[tuple[str, str], ...]:
     return SHARE_PAIRS[model_name] if model_name in POOLED_PAIR_LEVELS else ()
 
 
+def pooled_coefs(model_name: str) -> set[str]:
+    """Coefficients that belong to one of :func:`pooled_pairs` (pooled on the pair's axes)."""
+    return {c for pair in pooled_pairs(model_name) for c in pair}
+
+
 def pair_log_weight(coef: str, g: Any, model_name: str = "dense") -> Any:
     r"""Log weight of a coefficient in its pair's total: :math:`\log g` for ``c1v, c2v`` in
     the ``dense`` totals :math:`C = c_p + g c_v`, else 0 (``moe``: :math:`c_v + c_s`)."""
@@ -1170,7 +1176,7 @@ def decide_structure(design: Design, param: Parametrisation | None = None) -> di
         design.draft_coefs and nd >= 3 and np.all(np.isfinite(design.drafter_size))
     )
     slopes, taus = [], []
-    paired = {c for pair in pooled_pairs(design.model_name) for c in pair}
+    paired = pooled_coefs(design.model_name)
     for c in design.coefs:
         kind = TREND[c]
         table = design.dunits if c in DRAFT_COEFS else design.units
@@ -1324,7 +1330,7 @@ class LatencyModel:
     @property
     def paired(self) -> set[str]:
         """Coefficients sampled and pooled as part of a :data:`SHARE_PAIRS` pair."""
-        return {c for pair in pooled_pairs(self.design.model_name) for c in pair}
+        return pooled_coefs(self.design.model_name)
 
     def trend_matrix(self, table: pd.DataFrame, coefs) -> np.ndarray:
         """Centred cell-trend covariates ``t_j`` of the units in ``table``, shape (units, coefs)."""
@@ -1632,7 +1638,10 @@ def simulate_sweeps(
     GPU, scaled by verifier size (slope 1 in log parameter count), hardware factors, the cell
     trends of :data:`TREND` with their default slopes, and per-cell deviations
     ``N(0, cell_sd)``. Loads are fractions of the configuration's saturation
-    (``x = λ C2``); closed loop uses the concurrency giving those utilisations.
+    (``x = λ C2``); closed loop uses the concurrency giving those utilisations. With
+    ``unknown_alpha`` the SD rows carry no alpha (as GuideLLM's) and each workload has one
+    acceptance rate — cell ``i`` gets ``alphas[i % len(alphas)]``, recorded in
+    ``truth['alpha']`` — since the model's latent alpha is one per (verifier, drafter, cell).
 
     Returns
     -------
@@ -1678,7 +1687,9 @@ def simulate_sweeps(
                         + slopes[c] * t
                         + rng.normal(0, cell_sd)
                     )
-                del ci
+                # a workload has one acceptance rate: with alpha unknown (latent per verifier,
+                # drafter, cell), each cell gets one of ``alphas`` instead of all of them
+                cell_alphas = (alphas[ci % len(alphas)],) if unknown_alpha else alphas
                 for dname, dsize in [("none", 0.0), *drafters.items()]:
                     th = dict(theta)
                     if dname != "none":
@@ -1688,8 +1699,12 @@ def simulate_sweeps(
                     truth.append(
                         {"verifier": v, "hardware": h, "drafter": dname, "cell": cell, **coef}
                     )
+                    if unknown_alpha:
+                        truth[-1]["alpha"] = np.nan if dname == "none" else cell_alphas[0]
                     configs = (
-                        [(np.nan, 0)] if dname == "none" else [(a, kk) for a in alphas for kk in ks]
+                        [(np.nan, 0)]
+                        if dname == "none"
+                        else [(a, kk) for a in cell_alphas for kk in ks]
                     )
                     for a, kk in configs:
                         rrows = {
