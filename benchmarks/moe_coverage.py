@@ -63,6 +63,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--draws", type=int, default=300, help="draws = tune per chain")
     ap.add_argument("--chains", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=1, help="folds fitted in parallel")
     ap.add_argument("--write", action="store_true", help="append the result to moe_coverage.md")
     args = ap.parse_args()
 
@@ -85,7 +86,7 @@ def main() -> None:
             n=ns,
             repeats=args.repeats,
             seed=0,
-            n_jobs=1,
+            n_jobs=args.jobs,
             sampler_config=cfg,
             methods=("specbayes",),
         )

@@ -62,11 +62,11 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
   ``log p`` for ``c1p, c2p``; ``log(p + g/2)`` (time-averaged KV) for ``c1v, c2v, c2d``;
   none for ``c1d, c1s, c2s``. The slope :math:`b_j` is free when the covariate takes ≥ 3
   distinct values, else fixed at its prior mean (e.g. 1 for ``c2v``: linear in KV size).
-* :math:`\tau_j` — per-cell deviation scale: learned from ≥ 5 cells when most units resolve
-  coefficient ``j``, fixed at ``cell_sd`` otherwise. An unseen cell is predicted from the trend
-  plus a deviation drawn from :math:`\mathcal N(0, \tau_j)`.
-* Pairs of the ``dense`` level (:data:`POOLED_PAIR_LEVELS`; the ``moe`` pairs keep
-  independent priors on their log coefficients) deviate in their own coordinates: the log total
+* :math:`\tau_j` — per-cell deviation scale: learned from ≥ 5 cells when most units pin
+  coefficient ``j`` to better than ``cell_sd``, fixed at ``cell_sd`` otherwise. An unseen cell
+  is predicted from the trend plus a deviation drawn from :math:`\mathcal N(0, \tau_j)`.
+* Pairs (:data:`SHARE_PAIRS`, pooled on their own axes at the levels of
+  :data:`POOLED_PAIR_LEVELS`: ``dense`` and ``moe``) deviate in their own coordinates: the log total
   :math:`\kappa \sim \mathcal N(\operatorname{logaddexp}(m_a + \log w_a, m_b + \log w_b),
   \tau_\mathrm{pair})` with :math:`\tau_\mathrm{pair}` learned from ≥ 5 cells (every unit
   resolves its total), the logit share :math:`\ell \sim \mathcal N(m_b + \log w_b - m_a -
@@ -216,10 +216,11 @@ SHARE_PAIRS: dict[str, tuple[tuple[str, str], ...]] = {
     "moe": (("c1v", "c1s"), ("c2v", "c2s")),
 }
 #: Levels whose pairs are also *pooled* on (log total, logit share) — per-cell deviation of
-#: the total with a learned scale, of the share with a fixed one. Validated on dense-only data
-#: (calibrated unseen-cell intervals); the moe level keeps independent priors on the two log
-#: coefficients until pooling its pairs is validated on MoE data.
-POOLED_PAIR_LEVELS = ("dense",)
+#: the total with a learned scale, of the share with a fixed one. Dense-only data: calibrated
+#: unseen-cell intervals. MoE (Qwen3-30B-A3B, H100): one learned scale per member of
+#: (c1v, c1s) formed a ridge (tau[c1v] bulk ESS 15, R-hat 1.13, 60 leapfrog steps/draw);
+#: pooled on the pair's axes, 33 steps/draw and no ridge.
+POOLED_PAIR_LEVELS = ("dense", "moe")
 #: A pair's logit share deviates across cells with sd ``SHARE_SD_FACTOR * cell_sd`` (the sd
 #: of a difference of two independent ``cell_sd`` deviations); its scale is never learned.
 SHARE_SD_FACTOR = float(np.sqrt(2.0))
@@ -586,7 +587,7 @@ class Parametrisation:
     shrink_val: np.ndarray  # (n, B) rows of M = (H + P)^-1 P
     const: np.ndarray  # (H + P)^-1 H theta_ls
     weak: np.ndarray  # parameters the data cannot tell from zero (a pair: if either is)
-    data_prec: np.ndarray  # per slot: diagonal of the block's (resolved) data precision H
+    data_prec: np.ndarray  # per slot: resolved data precision, marginal over its block
     prior_prec: np.ndarray  # per slot: the prior precision the whitening assumed
     pair_a: np.ndarray  # flat slots holding log totals of SHARE_PAIRS
     pair_b: np.ndarray  # flat slots holding logit shares
@@ -1009,7 +1010,11 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
         cov = np.linalg.inv(h)
         cov = 0.5 * (cov + cov.T)
         chol = np.linalg.cholesky(cov)
-        data_prec[members] = np.diag(h) - prec
+        # the data precision of each slot *marginal* over the rest of its block (their priors
+        # included): 1/cov_jj - P_jj, the precision that (Lz)_j actually has — a slot the data
+        # pin only jointly with another (c2d with c2v: both scale one pass's cost) is not
+        # pinned alone, and adaptive centring must see that
+        data_prec[members] = np.maximum(1.0 / np.diag(cov) - np.diag(pmat), 0.0)
         prior_prec[members] = prec
         shrink = cov @ pmat  # (H + P)^-1 P
         ref_b = phi_ref[members]
@@ -1052,7 +1057,12 @@ def adaptive_centring(phi, lz, m, tau, slots, par: Parametrisation, xp):
 
     The whitening fixes the prior precision of a slot at :math:`P = 1/\mathrm{cell\_sd}^2`.
     When the learned scale :math:`\tau` is far from it, a slot the data pin (data precision
-    :math:`h \gg 1/\tau^2`) should be centred and one they barely see non-centred. With
+    :math:`h \gg 1/\tau^2`) should be centred and one they barely see non-centred. Here
+    :math:`h_j = 1/[(H + P)^{-1}]_{jj} - P_j` is the data precision of slot ``j`` marginal over
+    the rest of its block, so that :math:`s_j(\mathrm{cell\_sd})` below is exactly the sd of
+    :math:`(Lz)_j`; the diagonal :math:`H_{jj}` (precision *given* the other slots) made a
+    slot pinned only jointly with another (``c2d`` with ``c2v``) look centred, and its learned
+    scale mixed poorly (bulk ESS 28 of 600 for ``tau[c2d]`` on a paper MoE verifier). With
     :math:`\hat\phi` the least-squares value, :math:`m` the hierarchical location and
     :math:`(Lz)_j` the whitened noise of slot ``j``,
 
@@ -1156,14 +1166,18 @@ def effect_basis(covariate: np.ndarray) -> np.ndarray:
     return q[:, 2:]
 
 
-def decide_structure(design: Design, param: Parametrisation | None = None) -> dict[str, Any]:
+def decide_structure(
+    design: Design, param: Parametrisation | None = None, priors: dict | None = None
+) -> dict[str, Any]:
     """Which effects, slopes and scales exist (rules in the module docstring).
 
     With ``param``, a per-cell scale ``tau_j`` is learned only if most units resolve
-    coefficient ``j`` (``param.weak``): a scale learned from prior-dominated units is a funnel
-    (tau and the units it scales trade off with nothing in the data to stop them).
+    coefficient ``j`` (``param.weak``) and pin it to better than ``cell_sd`` (marginal data
+    sd): a scale learned from prior-dominated units is a funnel (tau and the units it scales
+    trade off with nothing in the data to stop them).
     """
     s: dict[str, Any] = {}
+    cell_sd = float(merge_priors(priors)["cell_sd"])
     nv, nh, nd = len(design.verifiers), len(design.hardware), len(design.drafters)
     s["verifier_effect"] = nv >= 2
     s["verifier_scale_learned"] = nv >= LEARN_SCALE_MIN_LEVELS
@@ -1190,7 +1204,12 @@ def decide_structure(design: Design, param: Parametrisation | None = None) -> di
                 index = param.draft_index[:, design.draft_coefs.index(c)]
             else:
                 index = param.base_index[:, design.base_coefs.index(c)]
-            resolved = float(np.mean(param.weak[index])) < 0.5
+            # most units must pin the coefficient more tightly than the prior deviation scale
+            # (marginal data sd < cell_sd): units that see it only to +-0.3 cannot tell a
+            # scale of 0.15 from zero — tau[c1p] on a paper MoE verifier (median unit sd 0.34)
+            # mixed at bulk ESS 20 of 600
+            pinned = param.data_prec[index] > 1.0 / cell_sd**2
+            resolved = float(np.mean(param.weak[index] | ~pinned)) < 0.5
         if c in paired:
             continue  # the pair's total carries the learned scale (below)
         if len(table) and table["cell"].nunique() >= LEARN_SCALE_MIN_LEVELS and resolved:
@@ -1238,7 +1257,7 @@ class LatencyModel:
         self.design = design
         self.priors = merge_priors(priors)
         self.param = param or least_squares_reference(design, self.priors)
-        self.structure = decide_structure(design, self.param)
+        self.structure = decide_structure(design, self.param, self.priors)
         design.structure = self.structure
         self.model = self.build_model()
 
