@@ -190,6 +190,34 @@ def test_dense_model_learns_the_scale_of_pair_totals_not_of_their_split():
             assert np.all(he[coefs.index(c)] == 0.0)
 
 
+def test_scales_are_learned_only_for_coefficients_most_units_pin_within_cell_sd():
+    cells = ((256, 256), (512, 512), (1024, 256), (256, 1024), (768, 768))
+    # noisy sweeps (sigma 0.1): c2p is resolved (data sd < 0.5) in 4 of 5 cells but pinned
+    # to better than cell_sd in only 2 — too few to learn its scale from
+    df, _ = simulate_sweeps(seed=4, cells=cells, sigma=0.1)
+    design = build_design(validate_sweeps(df).data, "sd")
+    par = least_squares_reference(design, merge_priors(None))
+    lm = LatencyModel(design, param=par)
+    cell_sd = DEFAULT_PRIORS["cell_sd"]
+    learned = lm.structure["learned_tau"]
+    for j, c in enumerate(design.base_coefs + design.draft_coefs):
+        index = (
+            par.base_index[:, j]
+            if c in design.base_coefs
+            else par.draft_index[:, j - len(design.base_coefs)]
+        )
+        pinned = (par.data_prec[index] > 1.0 / cell_sd**2) & ~par.weak[index]
+        assert (c in learned) == (pinned.mean() > 0.5), (c, pinned.mean())
+    c2p = par.base_index[:, design.base_coefs.index("c2p")]
+    assert par.weak[c2p].mean() < 0.5 and "c2p" not in learned
+    # prefill is ~1 % of C1 here: no unit pins c1p, so its scale stays at cell_sd
+    assert "c1p" not in learned
+    assert {"c1v", "c2v", "c1d"} <= set(learned)
+    slots, _ = lm.learned_scale_slots()
+    assert np.all(par.data_prec >= 0.0)
+    assert len(slots) and np.all(np.isfinite(par.data_prec[slots]))
+
+
 def _centring_case(h, tau, cell_sd=0.15):
     from types import SimpleNamespace
 
