@@ -587,8 +587,9 @@ class Parametrisation:
     shrink_val: np.ndarray  # (n, B) rows of M = (H + P)^-1 P
     const: np.ndarray  # (H + P)^-1 H theta_ls
     weak: np.ndarray  # parameters the data cannot tell from zero (a pair: if either is)
-    data_prec: np.ndarray  # per slot: resolved data precision, marginal over its block
+    data_prec: np.ndarray  # per slot: diagonal of the block's (resolved) data precision H
     prior_prec: np.ndarray  # per slot: the prior precision the whitening assumed
+    marginal_prec: np.ndarray  # per slot: data precision marginal over its block (others' priors)
     pair_a: np.ndarray  # flat slots holding log totals of SHARE_PAIRS
     pair_b: np.ndarray  # flat slots holding logit shares
     pair_lwa: np.ndarray  # log weight of the first coefficient in the total
@@ -966,6 +967,7 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     const = np.zeros(n)
     weak = np.zeros(n, dtype=bool)
     data_prec = np.zeros(n)
+    marginal_prec = np.zeros(n)
     prior_prec = np.zeros(n)
     n_weak = np.zeros(len(blocks), dtype=np.int64)
     pa, pb, lwa, lwb = _share_pairs(design, base_index)
@@ -1010,11 +1012,13 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
         cov = np.linalg.inv(h)
         cov = 0.5 * (cov + cov.T)
         chol = np.linalg.cholesky(cov)
-        # the data precision of each slot *marginal* over the rest of its block (their priors
-        # included): 1/cov_jj - P_jj, the precision that (Lz)_j actually has — a slot the data
-        # pin only jointly with another (c2d with c2v: both scale one pass's cost) is not
-        # pinned alone, and adaptive centring must see that
-        data_prec[members] = np.maximum(1.0 / np.diag(cov) - np.diag(pmat), 0.0)
+        # the diagonal of the block's data precision (the slot's precision given the rest of
+        # its block). Tried: the precision marginal over the block, 1/cov_jj - P_jj — it helped
+        # one MoE scale (tau[c2d] ESS 28 -> 64 of 600) but cost the paper dense-verifier fit
+        # (min bulk ESS 493 -> 280 of 2000 at 500 draws)
+        data_prec[members] = np.diag(h) - prec
+        # ... and the precision marginal over the block: what a unit alone tells about slot j
+        marginal_prec[members] = np.maximum(1.0 / np.diag(cov) - np.diag(pmat), 0.0)
         prior_prec[members] = prec
         shrink = cov @ pmat  # (H + P)^-1 P
         ref_b = phi_ref[members]
@@ -1040,6 +1044,7 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
         const=const,
         weak=weak,
         data_prec=data_prec,
+        marginal_prec=marginal_prec,
         prior_prec=prior_prec,
         pair_a=pa,
         pair_b=pb,
@@ -1057,12 +1062,8 @@ def adaptive_centring(phi, lz, m, tau, slots, par: Parametrisation, xp):
 
     The whitening fixes the prior precision of a slot at :math:`P = 1/\mathrm{cell\_sd}^2`.
     When the learned scale :math:`\tau` is far from it, a slot the data pin (data precision
-    :math:`h \gg 1/\tau^2`) should be centred and one they barely see non-centred. Here
-    :math:`h_j = 1/[(H + P)^{-1}]_{jj} - P_j` is the data precision of slot ``j`` marginal over
-    the rest of its block, so that :math:`s_j(\mathrm{cell\_sd})` below is exactly the sd of
-    :math:`(Lz)_j`; the diagonal :math:`H_{jj}` (precision *given* the other slots) made a
-    slot pinned only jointly with another (``c2d`` with ``c2v``) look centred, and its learned
-    scale mixed poorly (bulk ESS 28 of 600 for ``tau[c2d]`` on a paper MoE verifier). With
+    :math:`h \gg 1/\tau^2`) should be centred and one they barely see non-centred
+    (:math:`h_j = H_{jj}`, the slot's data precision given the rest of its block). With
     :math:`\hat\phi` the least-squares value, :math:`m` the hierarchical location and
     :math:`(Lz)_j` the whitened noise of slot ``j``,
 
@@ -1208,7 +1209,7 @@ def decide_structure(
             # (marginal data sd < cell_sd): units that see it only to +-0.3 cannot tell a
             # scale of 0.15 from zero — tau[c1p] on a paper MoE verifier (median unit sd 0.34)
             # mixed at bulk ESS 20 of 600
-            pinned = param.data_prec[index] > 1.0 / cell_sd**2
+            pinned = param.marginal_prec[index] > 1.0 / cell_sd**2
             resolved = float(np.mean(param.weak[index] | ~pinned)) < 0.5
         if c in paired:
             continue  # the pair's total carries the learned scale (below)

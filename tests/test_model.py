@@ -206,7 +206,7 @@ def test_scales_are_learned_only_for_coefficients_most_units_pin_within_cell_sd(
             if c in design.base_coefs
             else par.draft_index[:, j - len(design.base_coefs)]
         )
-        pinned = (par.data_prec[index] > 1.0 / cell_sd**2) & ~par.weak[index]
+        pinned = (par.marginal_prec[index] > 1.0 / cell_sd**2) & ~par.weak[index]
         assert (c in learned) == (pinned.mean() > 0.5), (c, pinned.mean())
     c2p = par.base_index[:, design.base_coefs.index("c2p")]
     assert par.weak[c2p].mean() < 0.5 and "c2p" not in learned
@@ -214,7 +214,8 @@ def test_scales_are_learned_only_for_coefficients_most_units_pin_within_cell_sd(
     assert "c1p" not in learned
     assert {"c1v", "c2v", "c1d"} <= set(learned)
     slots, _ = lm.learned_scale_slots()
-    assert np.all(par.data_prec >= 0.0)
+    assert np.all(par.marginal_prec >= 0.0)
+    assert np.all(par.marginal_prec <= par.data_prec + 1e-6 * (1.0 + par.data_prec))
     assert len(slots) and np.all(np.isfinite(par.data_prec[slots]))
 
 
