@@ -200,7 +200,10 @@ def plot_capacity(curves: pd.DataFrame, *, ax=None, title: str | None = None):
 
 
 def plot_heldout(predictions: pd.DataFrame, *, ax=None, title: str | None = None):
-    """Held-out latency: predicted (posterior mean, 90 % predictive interval) vs observed.
+    """Held-out latency: predicted (posterior median, 90 % predictive interval) vs observed.
+
+    An interval open to saturation (its upper end past capacity) runs to the top of the axes;
+    rows whose point prediction is saturated cannot be placed and are counted in the legend.
 
     Parameters
     ----------
@@ -209,19 +212,33 @@ def plot_heldout(predictions: pd.DataFrame, *, ax=None, title: str | None = None
         where the method has a predictive distribution).
     """
     fig, ax = _axes(ax, figsize=(5.6, 5.2))
+    values = predictions[["latency", "predicted"]].to_numpy(dtype=float)
+    values = values[np.isfinite(values) & (values > 0)]
+    lo, hi = float(values.min()), float(values.max())
+    top = hi * 1.5
     for i, (method, sub) in enumerate(predictions.groupby("method", sort=True)):
         color = f"C{i % 10}"
-        if "lo90" in sub and sub["lo90"].notna().any():
-            err = np.vstack([sub.predicted - sub.lo90, sub.hi90 - sub.predicted]).clip(min=0)
+        sub = sub.astype({"predicted": float})
+        placed = sub[np.isfinite(sub.predicted)]
+        if "lo90" in placed and placed["lo90"].notna().any():
+            upper = np.minimum(placed.hi90.to_numpy(float), top)
+            err = np.vstack([placed.predicted - placed.lo90, upper - placed.predicted]).clip(min=0)
             ax.errorbar(
-                sub.latency, sub.predicted, yerr=err, fmt="none", ecolor=color, alpha=0.25, lw=0.8
+                placed.latency,
+                placed.predicted,
+                yerr=err,
+                fmt="none",
+                ecolor=color,
+                alpha=0.25,
+                lw=0.8,
             )
-        ax.scatter(sub.latency, sub.predicted, s=8, color=color, alpha=0.7, label=method)
-    lo = float(np.nanmin(predictions[["latency", "predicted"]].to_numpy()))
-    hi = float(np.nanmax(predictions[["latency", "predicted"]].to_numpy()))
+        n_sat = len(sub) - len(placed)
+        label = method + (f" ({n_sat} rows predicted saturated)" if n_sat else "")
+        ax.scatter(placed.latency, placed.predicted, s=8, color=color, alpha=0.7, label=label)
     ax.plot([lo, hi], [lo, hi], color="black", lw=1, ls="--")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_ylim(lo / 1.5, top)
     ax.set_xlabel("observed mean latency (s)")
     ax.set_ylabel("predicted (s)")
     ax.set_title(title or "Held-out cells: predicted vs observed")

@@ -2,11 +2,17 @@ r"""Validation on held-out (prefill, decode) cells — how far to trust a predic
 
 :func:`leave_n_out` is the paper's Fig. 7 experiment made Bayesian: for each
 (verifier, hardware) group, ``n`` of its cells are held out, the model is fitted to the rest,
-and the held-out rows are predicted — by specbayes (posterior mean and predictive
+and the held-out rows are predicted — by specbayes (posterior median and predictive
 distribution) and by the paper's curve_fit trend baseline (:mod:`specbayes.baseline`) on
 the *same* folds. Scores per fold and overall:
 
-* ``r2_log`` / ``r2`` — R² of the posterior-mean latency on log latency and on latency;
+* ``r2_log`` / ``r2`` — R² of the point prediction on log latency and on latency. The
+  specbayes point is the posterior *median* of the mean latency :math:`\mu`, not its mean:
+  a row near capacity has draws past saturation (:math:`\lambda C_2 \ge 1`,
+  :math:`\mu = \infty`), which make the mean infinite while the median stays the typical
+  prediction. Rows whose point prediction is saturated (median draw past capacity; for the
+  baseline, its trend's C2) cannot enter an R²: they are counted in ``saturated_rows`` and
+  the R² is over the rest (``scored_rows``);
 * ``elpd`` — expected log predictive density of the held-out rows,
   :math:`\sum_i \log \frac1S \sum_s p(y_i \mid \theta_s)` (specbayes only);
 * ``cov50`` / ``cov90`` — share of held-out rows inside the central 50 % / 90 %
@@ -41,6 +47,7 @@ __all__ = [
     "heldout_scores",
     "leave_n_out",
     "make_folds",
+    "point_prediction",
 ]
 
 GROUP = ["verifier", "hardware"]
@@ -110,6 +117,18 @@ def make_folds(
     return folds, pd.DataFrame(skipped, columns=["verifier", "hardware", "n", "reason"])
 
 
+def point_prediction(mu_draws: np.ndarray) -> np.ndarray:
+    r"""Point prediction of each row: the posterior median of ``mu`` over draws.
+
+    ``mu_draws`` of shape (sample, row) — or (row,), a point prediction already (the
+    baseline's), returned as is. The median, not the mean: a draw past saturation has
+    :math:`\mu = \infty`, so the mean of a row near capacity is infinite as soon as one draw
+    saturates; the median is infinite only when most do (the model predicts saturation).
+    """
+    mu = np.asarray(mu_draws, dtype=float)
+    return np.median(mu, axis=0) if mu.ndim == 2 else mu
+
+
 def heldout_scores(
     observed: np.ndarray,
     mu_draws: np.ndarray | None,
@@ -132,14 +151,18 @@ def heldout_scores(
     Returns
     -------
     dict
-        ``r2_log, r2, elpd, cov50, cov90, pit`` (``NaN``/``None`` when not computable).
+        ``r2_log, r2, scored_rows, saturated_rows, elpd, cov50, cov90, pit`` (``NaN``/
+        ``None`` when not computable). The R² are of :func:`point_prediction` over the rows
+        where it is finite (``scored_rows``); ``saturated_rows`` counts the others.
     """
     y = np.asarray(observed, dtype=float)
-    mu = np.asarray(mu_draws, dtype=float)
-    point = mu.mean(axis=0) if mu.ndim == 2 else mu
+    point = point_prediction(mu_draws)
+    finite = np.isfinite(point)
     out: dict[str, Any] = dict(
-        r2_log=baseline.r_squared(np.log(y), np.log(point)),
-        r2=baseline.r_squared(y, point),
+        r2_log=baseline.r_squared(np.log(y[finite]), np.log(point[finite])),
+        r2=baseline.r_squared(y[finite], point[finite]),
+        scored_rows=int(finite.sum()),
+        saturated_rows=int((~finite).sum()),
         elpd=np.nan,
         cov50=np.nan,
         cov90=np.nan,
@@ -164,7 +187,7 @@ def _predictions(fold: Fold, method: str, test: pd.DataFrame, mu, pp=None) -> pd
         fold=fold.label,
         n=fold.n,
         method=method,
-        predicted=mu.mean(axis=0) if mu.ndim == 2 else mu,
+        predicted=point_prediction(mu),
     )
     if pp is not None:
         lo, hi = np.quantile(np.asarray(pp, dtype=float), [0.05, 0.95], axis=0)
@@ -234,7 +257,7 @@ class LeaveNOut:
     skipped : pandas.DataFrame
         Groups and folds left out, with reasons.
     predictions : pandas.DataFrame
-        Every held-out row with ``predicted`` (posterior mean) and, for specbayes,
+        Every held-out row with ``predicted`` (:func:`point_prediction`) and, for specbayes,
         ``lo90, hi90`` (predictive interval), per fold and method.
     """
 
@@ -326,6 +349,7 @@ def leave_n_out(
                     r2_log=sub.r2_log.mean(),
                     r2=sub.r2.mean(),
                     r2_min=sub.r2.min(),
+                    saturated_rows=int(sub.saturated_rows.sum()),
                     elpd_per_row=(sub.elpd.sum() / sub.n_test.sum())
                     if sub.elpd.notna().all()
                     else np.nan,

@@ -36,6 +36,23 @@ def test_heldout_scores_calibrated_predictive():
     assert np.histogram(s["pit"], bins=5, range=(0, 1))[0].min() > 60
 
 
+def test_rows_near_capacity_are_scored_by_the_median_and_saturated_points_counted():
+    # 100 draws per row; row 1 has a few draws past capacity (mu = inf), row 3 most of them
+    rng = np.random.default_rng(1)
+    y = np.array([1.0, 2.0, 3.0, 8.0, 5.0])
+    mu = y[None, :] * np.exp(0.01 * rng.standard_normal((100, 5)))
+    mu[:5, 1] = np.inf
+    mu[:60, 3] = np.inf
+    s = validate.heldout_scores(y, mu)
+    point = validate.point_prediction(mu)
+    assert np.isfinite(point[1]) and point[1] == pytest.approx(2.0, rel=0.03)
+    assert np.isinf(point[3])
+    assert s["scored_rows"] == 4 and s["saturated_rows"] == 1
+    assert s["r2"] > 0.99  # the finite rows are predicted well; the saturated one is counted
+    # a point prediction (the baseline's) is used as is
+    assert validate.point_prediction(y).tolist() == y.tolist()
+
+
 def test_baseline_leave_n_out_and_degenerate_groups():
     df = synthetic(noise=0.02)
     one_cell = df[df.cell == "256x256"].assign(verifier="Lonely")
@@ -49,3 +66,26 @@ def test_baseline_leave_n_out_and_degenerate_groups():
     assert set(res.overall.n) == {1, 2}
     assert (res.overall.r2_log > 0.95).all()
     assert (res.skipped.verifier == "Lonely").sum() == 2
+
+
+def test_heldout_figure_places_open_intervals_and_counts_saturated_points(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from specbayes.plots import plot_heldout
+
+    preds = pd.DataFrame(
+        {
+            "latency": [1.0, 2.0, 4.0, 6.0],
+            "predicted": [1.1, 1.9, 4.2, np.inf],
+            "lo90": [0.9, 1.5, 3.0, 5.0],
+            "hi90": [1.3, 2.4, np.inf, np.inf],
+            "method": "specbayes dense",
+        }
+    )
+    fig = plot_heldout(preds)
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    assert np.isfinite([low, high]).all() and high == pytest.approx(6.0 * 1.5)
+    assert "1 rows predicted saturated" in ax.get_legend().get_texts()[0].get_text()
+    fig.savefig(tmp_path / "heldout.png")
