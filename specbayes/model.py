@@ -65,6 +65,13 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
 * :math:`\tau_j` — per-cell deviation scale: learned from ≥ 5 cells when most units pin
   coefficient ``j`` to better than ``cell_sd``, fixed at ``cell_sd`` otherwise. An unseen cell
   is predicted from the trend plus a deviation drawn from :math:`\mathcal N(0, \tau_j)`.
+  A learned scale has the boundary-avoiding prior :math:`\tau_j \sim
+  \mathrm{Gamma}(2,\ 2/\mathrm{cell\_sd})` (mean ``cell_sd``, density linear at 0): under a
+  HalfNormal the density of :math:`\log\tau` falls only like :math:`\tau` toward 0, so a scale
+  the data cannot tell from zero (``tau[c2d]`` on a paper MoE verifier: 1 % quantile 0.0004,
+  median 0.019) had a long left tail into the funnel's neck (bulk ESS 61 of 600, tail ESS
+  135 of 4000 for ``tau[c1v+c1s]``); the Gamma's :math:`\tau^2` halves that tail (ESS 115 and
+  366 of 600). Where the data pin the scale the prior moves it by a few per cent.
 * Pairs (:data:`SHARE_PAIRS`, pooled on their own axes at the levels of
   :data:`POOLED_PAIR_LEVELS`: ``dense`` and ``moe``) deviate in their own coordinates: the log total
   :math:`\kappa \sim \mathcal N(\operatorname{logaddexp}(m_a + \log w_a, m_b + \log w_b),
@@ -75,12 +82,21 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
   between them (only a weighted sum of their squares is identified) and drove one to zero
   (460 leapfrog steps per draw); with the fixed prior scale on the coefficients, unseen-cell
   intervals were ~10x too wide (90 % intervals covered 100 % of held-out rows).
-* *Tied* coefficients (``structure['tied']``): when most units cannot see a pair's split,
-  its minor member (``c1p``, ``c2p`` in dense-only data, where prefill is ~1 % of a request's
-  cost) keeps only its level and its physical trend — no verifier or hardware effect, size
-  and cell slopes fixed at their prior means. Free, those terms could only fit residuals of
-  the total, which they did in more than one way (two modes, R-hat 1.74 on a leave-2-out
-  fold of five paper verifiers).
+* *Minor* and *tied* coefficients: when most units cannot see a pair's split, its minor
+  member (``c1p``, ``c2p`` in dense-only data) follows its physical cell trend — its cell
+  slope is fixed at the prior mean (prefill cost linear in prefill length); free, it could
+  only fit residuals of the total, and did so in more than one way (two modes, R-hat 1.74 on
+  a leave-2-out fold of five paper verifiers). It is also *tied* (``structure['tied']``: no
+  verifier or hardware effect, size slope fixed) unless the cells show it: across the cells
+  of a (verifier, hardware) group prefill and decode vary independently, so the trend of the
+  well-pinned totals separates the members (:func:`cross_cell_share`); a member explaining
+  less than :data:`TIED_SHARE` of them is tied. On the paper's dense verifiers that is
+  ``c1p`` (0.13 % of :math:`C_1`: one prefill beside g decode steps; its freed terms gave
+  two modes, R-hat 1.73) but not ``c2p`` (36 % of :math:`C_2`: each request's prefill is
+  compute-bound batch work). Tying ``c2p`` too left the :math:`C_2` trend unable to follow
+  verifiers and GPUs: per-cell deviations of the C2 total from the trend of +0.35 in log
+  units at (p, g) = (1024, 256) and −0.18 at (256, 1024), learned scale 0.22, held-out cells'
+  C2 off by 18 % rms on a leave-1-out fold; untied, scale 0.035 and 4.6 % rms.
 
 Why centred, and why whitened
 -----------------------------
@@ -150,6 +166,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import optimize
 
 from specbayes import laws
 
@@ -197,7 +214,7 @@ DEFAULT_PRIORS: dict[str, Any] = {
         "c2v": (1.0, 0.5),
         "c2d": (0.5, 0.5),
     },
-    "cell_sd": 0.15,  # per-cell deviation: HalfNormal scale when learned, the value when fixed
+    "cell_sd": 0.15,  # per-cell deviation: Gamma(2, 2/cell_sd) mean when learned, else the value
     "sigma": 0.1,  # HalfNormal scale of sigma0 (noise on log latency)
     "noise_growth": 0.5,  # HalfNormal scale of gamma (noise growth toward saturation)
     "alpha": (2.0, 2.0),  # Beta(a, b) prior of a latent alpha
@@ -226,6 +243,11 @@ POOLED_PAIR_LEVELS = ("dense", "moe")
 SHARE_SD_FACTOR = float(np.sqrt(2.0))
 #: Data-only posterior sd (log units) above which a unit coefficient counts as unidentified.
 WEAK_LOG_SD = 0.5
+#: A pair's minor member keeps its verifier and hardware effects and size slope when it
+#: explains at least this share of the pair's total across cells (:func:`cross_cell_share`):
+#: c2p on the paper's dense verifiers (prefill is compute-bound batch work), not c1p (one
+#: prefill beside g decode steps; freeing its terms gave two modes, R-hat 1.73).
+TIED_SHARE = 0.05
 #: Fixed-point iterations of the MoE map inside the graph.
 MOE_ITERATIONS = 30
 
@@ -1167,6 +1189,41 @@ def effect_basis(covariate: np.ndarray) -> np.ndarray:
     return q[:, 2:]
 
 
+def cross_cell_share(design: Design, param: Parametrisation, pair: int, member: str) -> float:
+    r"""Share of a pair's total that its prefill member explains *across* cells.
+
+    Within a cell the data pin only the total :math:`T_u` of pair ``pair`` (e.g.
+    :math:`C_2 = c_{2p} + g\,c_{2v}`); across the cells of one (verifier, hardware) group,
+    prefill and decode vary independently, so the totals' trend separates the members. Per
+    group with more cells than terms (full-rank design), non-negative least squares of
+    :math:`T_u \approx A\,p_u + g_u (B + D\,(p_u + g_u/2))` (relative errors, the members'
+    physical trends) gives each unit's prefill share :math:`A p_u / \hat T_u`; the median over
+    units is returned (0 when ``member`` has no prefill trend or no group has enough cells).
+    """
+    if TREND.get(member) != "p" or not len(design.units):
+        return 0.0
+    n_u = len(design.units)
+    sl = slice(pair * n_u, (pair + 1) * n_u)
+    pa, pb = param.pair_a[sl], param.pair_b[sl]
+    total = np.exp(
+        np.logaddexp(param.ref[pa] + param.pair_lwa[sl], param.ref[pb] + param.pair_lwb[sl])
+    )
+    units = design.units.assign(total=total)
+    shares = []
+    for _, grp in units.groupby(["verifier", "hardware"], sort=False):
+        p, g, t = (grp[c].to_numpy(dtype=float) for c in ("p", "g", "total"))
+        x = np.stack([p, g, g * (p + g / 2)], axis=1)
+        scale = x.max(axis=0)
+        # more cells than terms, and cells that vary prefill and decode independently
+        if len(grp) <= x.shape[1] or np.linalg.matrix_rank(x / scale) < x.shape[1]:
+            continue
+        coef, _ = optimize.nnls(x / scale / t[:, None], np.ones_like(t))
+        fitted = x / scale @ coef
+        ok = fitted > 0
+        shares.append(coef[0] * p[ok] / scale[0] / fitted[ok])
+    return float(np.median(np.concatenate(shares))) if shares else 0.0
+
+
 def decide_structure(
     design: Design, param: Parametrisation | None = None, priors: dict | None = None
 ) -> dict[str, Any]:
@@ -1220,11 +1277,12 @@ def decide_structure(
     for a, b in pooled_pairs(design.model_name):
         if len(design.units) and design.units["cell"].nunique() >= LEARN_SCALE_MIN_LEVELS:
             taus.append(pair_name(a, b))
-    # the minor member of a pair whose split the data cannot see (c1p, c2p in dense-only
-    # data: prefill is ~1 % of a request's cost) follows its physical trend from its level
-    # alone: no verifier, hardware or free size/trend terms (they could only fit residuals of
-    # the total, and did so in several ways: two modes, R-hat 1.74)
-    tied = []
+    # the minor member of a pair whose split the units cannot see (c1p, c2p in dense-only
+    # data) follows its physical cell trend: no free cell slope (it could only fit residuals
+    # of the total, and did so in several ways: two modes, R-hat 1.74). It is *tied* — no
+    # verifier or hardware effect, size slope fixed — unless the cells show it: a share of
+    # at least TIED_SHARE of the totals' variation across cells (cross_cell_share)
+    minor, tied = [], []
     if param is not None:
         ref_phi = to_share(param.ref, param.pair_a, param.pair_b, param.pair_lwa, param.pair_lwb)
         n_u = len(design.units)
@@ -1232,8 +1290,11 @@ def decide_structure(
             sl = slice(i * n_u, (i + 1) * n_u)
             if n_u and float(np.mean(param.weak[param.pair_b[sl]])) >= 0.5:
                 share_b = float(np.median(_sigmoid(ref_phi[param.pair_b[sl]])))
-                tied.append(a if share_b > 0.5 else b)
-    slopes = [c for c in slopes if c not in tied]
+                m = a if share_b > 0.5 else b
+                minor.append(m)
+                if cross_cell_share(design, param, i, m) < TIED_SHARE:
+                    tied.append(m)
+    slopes = [c for c in slopes if c not in minor]
     s["tied"] = tied
     s["free_slopes"] = slopes
     s["learned_tau"] = taus
@@ -1401,7 +1462,7 @@ class LatencyModel:
                     slope.append(pt.as_tensor(float(pr["trend_slope"].get(c, (0.0, 0.0))[0])))
             slope = pt.stack(slope)
             if s["learned_tau"]:
-                tau_free = pm.HalfNormal("tau", pr["cell_sd"], dims="tau_coef")
+                tau_free = pm.Gamma("tau", alpha=2.0, beta=2.0 / pr["cell_sd"], dims="tau_coef")
             tau = []
             for c in coefs:
                 if c in s["learned_tau"]:

@@ -16,6 +16,8 @@ from specbayes.model import (
     DEFAULT_PRIORS,
     LatencyModel,
     build_design,
+    cross_cell_share,
+    decide_structure,
     forward_numpy,
     least_squares_reference,
     merge_priors,
@@ -178,16 +180,46 @@ def test_dense_model_learns_the_scale_of_pair_totals_not_of_their_split():
     assert set(which) == {0, 1}
     point = lm.model.initial_point()
     assert all(np.isfinite(v) for v in lm.model.point_logps(point).values())
+    # boundary-avoiding scale prior Gamma(2, 2/cell_sd): log density of log(tau) (with the
+    # log-transform Jacobian) falls like 2 log(tau) toward 0, not like log(tau)
+    cell_sd = DEFAULT_PRIORS["cell_sd"]
+    logp = lm.model.compile_logp(vars=[lm.model["tau"]], jacobian=True)
+    at = [logp({**point, "tau_log__": np.full(len(learned), np.log(t))}) for t in (1e-3, 1e-4)]
+    beta = 2.0 / cell_sd
+    expected = len(learned) * (2 * np.log(10) - beta * (1e-3 - 1e-4))
+    assert at[0] - at[1] == pytest.approx(expected, rel=1e-9)
     # the split of C1 = c1p + g c1v is invisible here (no prefill variation within a cell,
     # prefill ~0.3 % of C1): the minor member follows its level and physical trend only
     assert "c1p" in lm.structure["tied"]
     assert set(lm.structure["tied"]) <= {"c1p", "c2p"}
-    assert not set(lm.structure["tied"]) & set(lm.structure["free_slopes"])
+    assert not {"c1p", "c2p"} & set(lm.structure["free_slopes"])
     he = lm.model["hardware_effect"].eval() if "hardware_effect" in lm.model else None
     if he is not None:
         coefs = list(lm.model.coords["coef"])
         for c in lm.structure["tied"]:
             assert np.all(he[coefs.index(c)] == 0.0)
+
+
+def test_cross_cell_share_recovers_the_prefill_part_of_a_pair_total_and_decides_tying():
+    cells = ((256, 256), (512, 512), (1024, 256), (256, 1024), (768, 768), (1024, 1024))
+    df, _ = simulate_sweeps(model="dense", seed=4, cells=cells, hardware=("H100", "A100"))
+    design = build_design(validate_sweeps(df).data, "dense")
+    par = least_squares_reference(design, merge_priors(None))
+    p, g = design.units["p"].to_numpy(), design.units["g"].to_numpy()
+    n_u = len(design.units)
+    # totals c_p + g c_v with c_p = A p and c_v = B + D (p + g/2): shares known exactly
+    for a_coef, expected_tied in ((2e-5, False), (1e-8, True)):
+        cp, cv = a_coef * p, 1e-4 + 2e-8 * (p + g / 2)
+        sl = slice(n_u, 2 * n_u)  # the (c2p, c2v) pair
+        par.ref[par.pair_a[sl]] = np.log(cp)
+        par.ref[par.pair_b[sl]] = np.log(cv)
+        share = cross_cell_share(design, par, 1, "c2p")
+        assert share == pytest.approx(np.median(cp / (cp + g * cv)), rel=1e-6)
+        tied = decide_structure(design, par)["tied"]
+        assert ("c2p" in tied) is expected_tied
+        assert "c2p" not in decide_structure(design, par)["free_slopes"]
+    # a member without a prefill trend has no cross-cell share
+    assert cross_cell_share(design, par, 1, "c2v") == 0.0
 
 
 def test_scales_are_learned_only_for_coefficients_most_units_pin_within_cell_sd():
