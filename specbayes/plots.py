@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 from matplotlib.colors import BoundaryNorm, ListedColormap
@@ -238,6 +239,10 @@ def plot_heldout(predictions: pd.DataFrame, *, ax=None, title: str | None = None
     ax.plot([lo, hi], [lo, hi], color="black", lw=1, ls="--")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # 1-2-5 ticks in seconds; minor labels overlapped
+        axis.set_major_locator(mticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(mticker.ScalarFormatter())
+        axis.set_minor_formatter(mticker.NullFormatter())
     ax.set_ylim(lo / 1.5, top)
     ax.set_xlabel("observed mean latency (s)")
     ax.set_ylabel("predicted (s)")
