@@ -70,8 +70,9 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
   HalfNormal the density of :math:`\log\tau` falls only like :math:`\tau` toward 0, so a scale
   the data cannot tell from zero (``tau[c2d]`` on a paper MoE verifier: 1 % quantile 0.0004,
   median 0.019) had a long left tail into the funnel's neck (bulk ESS 61 of 600, tail ESS
-  135 of 4000 for ``tau[c1v+c1s]``); the Gamma's :math:`\tau^2` halves that tail (ESS 115 and
-  366 of 600). Where the data pin the scale the prior moves it by a few per cent.
+  135 of 4000 for ``tau[c1v+c1s]``); the Gamma's :math:`\tau^2` halves that tail (at the
+  default sampler settings bulk ESS 240 -> 605, tail 135 -> 463; ``benchmarks/fit_speed.md``).
+  Where the data pin the scale the prior moves it by a few per cent.
 * Pairs (:data:`SHARE_PAIRS`, pooled on their own axes at the levels of
   :data:`POOLED_PAIR_LEVELS`: ``dense`` and ``moe``) deviate in their own coordinates: the log total
   :math:`\kappa \sim \mathcal N(\operatorname{logaddexp}(m_a + \log w_a, m_b + \log w_b),
