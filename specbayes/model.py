@@ -1205,10 +1205,8 @@ def cross_cell_share(design: Design, param: Parametrisation, pair: int, member: 
         return 0.0
     n_u = len(design.units)
     sl = slice(pair * n_u, (pair + 1) * n_u)
-    pa, pb = param.pair_a[sl], param.pair_b[sl]
-    total = np.exp(
-        np.logaddexp(param.ref[pa] + param.pair_lwa[sl], param.ref[pb] + param.pair_lwb[sl])
-    )
+    ref_phi = to_share(param.ref, param.pair_a, param.pair_b, param.pair_lwa, param.pair_lwb)
+    total = np.exp(ref_phi[param.pair_a[sl]])  # the pair's log total at the reference
     units = design.units.assign(total=total)
     shares = []
     for _, grp in units.groupby(["verifier", "hardware"], sort=False):
