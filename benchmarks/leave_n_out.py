@@ -68,7 +68,7 @@ def main() -> None:
         if not OUT.exists():
             OUT.write_text(
                 "# Leave-n-out over cells — recorded results\n\n"
-                "specbayes (posterior mean; predictive intervals) vs the paper's method "
+                "specbayes (posterior median; predictive intervals) vs the paper's method "
                 "(curve_fit per cell + linear trends across cells) on the same folds. "
                 "`r2_log`/`r2`: held-out R² on log latency / latency (mean over folds); "
                 "`cov50`/`cov90`: share of held-out rows inside the 50 % / 90 % predictive "

@@ -90,6 +90,8 @@ THRESHOLDS: dict[str, float] = {"divergences": 0, "r_hat": 1.01, "ess_bulk": 400
 HEALTH_VARS = (
     "mu",
     "trend_slope",
+    "verifier_slope_effect",
+    "hardware_slope_effect",
     "tau",
     "verifier_effect",
     "verifier_effect_scale",
@@ -489,6 +491,11 @@ class Fit:
             t = t - d.trend_center[kind]
             if coef in s["free_slopes"]:
                 slope = post["trend_slope"].sel(slope_coef=coef).values[:, None]
+                if coef in s.get("slope_effects", ()):
+                    vv = [d.verifiers.index(v) for v in table["verifier"]]
+                    for name, idx in (("verifier_slope_effect", vv), ("hardware_slope_effect", hw)):
+                        if name in post:
+                            slope = slope + post[name].sel(slope_effect_coef=coef).values[:, idx]
             else:
                 slope = pr["trend_slope"].get(coef, (0.0, 0.0))[0]
             loc = loc + slope * t[None, :]

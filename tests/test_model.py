@@ -334,3 +334,33 @@ def test_draw_pair_deviates_the_total_by_its_scale_and_the_split_by_the_share_sd
     ta, tb = draw_pair(loc_a, loc_b, lwa, lwb, np.full(n_s, 0.05), 0.2, rng)
     dev = np.log(np.exp(ta) + g * np.exp(tb)) - total0[None, :]
     assert np.std(dev, axis=0) == pytest.approx([0.05, 0.05], rel=0.03)
+
+
+def test_cell_slopes_vary_by_verifier_and_gpu_and_the_mode_finds_them():
+    """Each verifier and GPU has its own cell slope (zero-sum effects on the common one)."""
+    import pymc as pm
+
+    df, truth = simulate_sweeps(
+        verifiers={"A": 8e9, "B": 14e9, "C": 32e9},
+        hardware=("H100", "A100"),
+        cells=((256, 256), (512, 512), (1024, 256), (256, 1024), (1024, 1024), (512, 128)),
+        cell_sd=0.005,
+        slope_sd=0.3,
+        seed=5,
+    )
+    lm = LatencyModel(build_design(validate_sweeps(df).data, "sd"))
+    s = lm.structure
+    # only where the units resolve the coefficient (its scale is learned), never a drafter's
+    assert s["slope_effects"] == [
+        c for c in s["free_slopes"] if c not in ("c1d", "c2d") and c in s["learned_tau"]
+    ]
+    assert {"c1v", "c2v"} <= set(s["slope_effects"]) and "c2d" in s["free_slopes"]
+    with lm.model:
+        mode = pm.find_MAP(start=lm.initial_point(), progressbar=False)
+    dev = truth.attrs["slope_effects"]
+    for factor, levels in (("verifier", ["A", "B", "C"]), ("hardware", ["H100", "A100"])):
+        est = mode[f"{factor}_slope_effect"]
+        order = [lm.model.coords[factor].index(x) for x in levels]
+        for j, c in enumerate(s["slope_effects"]):
+            true = np.array([dev[factor][x].get(c, 0.0) for x in levels])  # c2p: 0
+            np.testing.assert_allclose(est[j, order], true - true.mean(), atol=0.05)
