@@ -491,8 +491,7 @@ class Fit:
             t = t - d.trend_center[kind]
             if coef in s["free_slopes"]:
                 slope = post["trend_slope"].sel(slope_coef=coef).values[:, None]
-                if coef in s.get("slope_effects", ()):
-                    vv = [d.verifiers.index(v) for v in table["verifier"]]
+                if coef in s.get("slope_effects", ()):  # verifier coefficients only: vv is set
                     for name, idx in (("verifier_slope_effect", vv), ("hardware_slope_effect", hw)):
                         if name in post:
                             slope = slope + post[name].sel(slope_effect_coef=coef).values[:, idx]

@@ -73,7 +73,8 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
   Llama-3.1-70B than for the other four. A joint least-squares
   check of :math:`C_2`'s cross-cell form over those 10 (verifier, GPU) groups: residual sd
   0.040 (log) with one common slope, 0.028 with these two effects — the level of the
-  paper's per-group trends (0.025–0.029) — and nothing left for per-group slopes (0.027).
+  paper's per-group trends (0.025–0.029) — and nothing left for per-group slopes (0.027;
+  ``benchmarks/law_misfit.py --part form``).
 * :math:`\tau_j` — per-cell deviation scale: learned from ≥ 5 cells when most units pin
   coefficient ``j`` to better than ``cell_sd``, fixed at ``cell_sd`` otherwise. An unseen cell
   is predicted from the trend plus a deviation drawn from :math:`\mathcal N(0, \tau_j)`.
