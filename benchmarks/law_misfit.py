@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from specbayes import laws
 from specbayes.baseline import fit_configurations
 from specbayes.data import validate_sweeps
 from specbayes.datasets import load_dataset
@@ -48,20 +49,28 @@ def dense_slice() -> pd.DataFrame:
 
 
 def _per_config_log_residuals(data: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list]:
-    """Per-configuration least squares on log latency (open-loop rows): the law, then the law
-    with a headroom exponent started from the law's solution. Log residuals of both, deltas."""
+    """Log residuals of the law per configuration (the baseline's ``curve_fit``) and of the
+    law with a headroom exponent, least squares started from the ``curve_fit`` solution; the
+    exponents."""
     law, bent, deltas = np.full(len(data), np.nan), np.full(len(data), np.nan), []
+    # a configuration is a cell: its rate sweep and its synchronous (N = 1, closed-loop) point
+    # together, as the baseline fits them; at N = 1, rps = 1/L and C1/(1 - rps C2) = C1 + C2
     for _, sw in data.groupby(CELL_KEY):
         lam, y = sw["rps"].to_numpy(), np.log(sw["latency"].to_numpy())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cf = fit_configurations(sw.drop(columns="sweep", errors="ignore"))
+        c1, c2 = cf.loc[0, ["c1", "c2"]].to_numpy(dtype=float)
+        if not np.isfinite([c1, c2]).all():  # curve_fit failed: the rows stay unscored (NaN)
+            continue
+        law[sw.index] = np.log(laws.latency(lam, c1, c2)) - y
 
         def resid(th, lam=lam, y=y):
             x = np.clip(lam * np.exp(th[1]), 0.0, 0.999)
-            delta = th[2] if len(th) > 2 else 0.0
-            return th[0] - (1.0 + delta) * np.log1p(-x) - y
+            return th[0] - (1.0 + th[2]) * np.log1p(-x) - y
 
-        plain = least_squares(resid, [y.min(), np.log(0.5 / lam.max())])
-        bend = least_squares(resid, [*plain.x, 0.0])
-        law[sw.index], bent[sw.index] = plain.fun, bend.fun
+        bend = least_squares(resid, [np.log(c1), np.log(c2), 0.0])
+        bent[sw.index] = bend.fun
         deltas.append(bend.x[2])
     return law, bent, deltas
 
@@ -95,6 +104,7 @@ def part_load(fit_path: str | None) -> None:
     y = data["latency"].to_numpy()
     median = np.median(f.mean_latency(data).values, axis=0)
     law, bent, deltas = _per_config_log_residuals(data)
+    print(f"rows curve_fit could not fit (left out of its columns): {int(np.isnan(law).sum())}")
     errors = {"specbayes": np.log(median / y), "curve_fit law": law, "headroom exponent": bent}
     print(by_load(data, errors).to_string())
     for name, e in errors.items():
