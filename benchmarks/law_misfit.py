@@ -31,7 +31,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from specbayes import laws
-from specbayes.baseline import fit_configurations
+from specbayes.baseline import DENSE_TERMS, fit_configurations, fit_dense_trend
 from specbayes.data import validate_sweeps
 from specbayes.datasets import load_dataset
 from specbayes.model import _trend_value
@@ -162,13 +162,13 @@ def part_form() -> None:
             f"{np.sqrt(np.sum(best.fun**2) / (len(y) - best.x.size)):.4f} per degree of "
             f"freedom), {best.x.size} parameters"
         )
-    per_group = []
+    per_group = []  # the baseline's own per-group trend of C2 (relative least squares)
     for _, grp in c.groupby(["verifier", "hardware"]):
+        trend = fit_dense_trend(grp.rename(columns={"c1": "C1", "c2": "C2"}))["C2"]
         p, g = grp.prefill.to_numpy(), grp.decode.to_numpy()
-        x = np.c_[np.ones_like(p), p, g, g * (p + g / 2)]
-        t = grp.c2.to_numpy()
-        beta, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
-        per_group.append(np.log(x @ beta / t))
+        x = np.c_[np.ones_like(p), p, g, g * (p + g / 2)]  # the order of DENSE_TERMS
+        fitted = x @ np.array([trend[t] for t in DENSE_TERMS])
+        per_group.append(np.log(fitted / grp.c2.to_numpy()))
     r = np.concatenate(per_group)
     dof = np.sqrt(np.sum(r**2) / (len(r) - 4 * len(per_group)))
     print(
