@@ -103,6 +103,11 @@ HEALTH_VARS = (
     "drafter_size_slope",
     "sigma0",
     "gamma",
+    "knee_verifier_level",
+    "knee_drafter_level",
+    "knee_verifier_effect",
+    "knee_drafter_effect",
+    "knee_hardware_effect",
     "log_coef",
     "log_coef_draft",
     "alpha",
@@ -401,6 +406,7 @@ class Fit:
         if d.latent_alpha:
             has = r["akey"] >= 0
             alpha[:, has] = stacked["alpha"].values[:, r["akey"][has]]
+        coef.update(self._knee_draws(stacked, d.data))
         mu, x = forward_numpy(coef, r, alpha, moe=self.model_name == "moe")
         sigma = self._sigma(stacked["sigma0"].values, stacked["gamma"].values, x)
         return mu, sigma
@@ -409,6 +415,35 @@ class Fit:
     def _sigma(sigma0: np.ndarray, gamma: np.ndarray, x: np.ndarray) -> np.ndarray:
         headroom = np.clip(1.0 - np.nan_to_num(x, nan=1.0), 1e-12, 1.0)
         return sigma0[:, None] * np.exp(-gamma[:, None] * np.log(headroom))
+
+    def _knee_draws(self, post: xr.Dataset, rows: pd.DataFrame) -> dict[str, np.ndarray]:
+        """Knee batches (sample, row) of the rows' verifier/drafter and GPU (requests).
+
+        A fit made before the batch curvature existed has no knees: ``inf`` (no curvature).
+        """
+        d = self.design
+        n_s = post.sizes["sample"]
+        out = {
+            "knee_verifier": np.full((n_s, len(rows)), np.inf),
+            "knee_drafter": np.full((n_s, len(rows)), np.inf),
+        }
+        hw = np.array([d.hardware.index(h) for h in rows["hardware"]], dtype=np.int64)
+        if "log_knee_verifier" in post:
+            vv = np.array([d.verifiers.index(v) for v in rows["verifier"]], dtype=np.int64)
+            out["knee_verifier"] = np.exp(post["log_knee_verifier"].values[:, vv, hw])
+        if "log_knee_drafter" in post and "drafter" in rows:
+            k = rows["k"].to_numpy() if "k" in rows else np.zeros(len(rows))
+            has = (rows["drafter"] != "none").to_numpy() & (k > 0)
+            dd = np.array(
+                [
+                    d.drafters.index(x) if h else 0
+                    for x, h in zip(rows["drafter"], has, strict=True)
+                ],
+                dtype=np.int64,
+            )
+            kd = np.exp(post["log_knee_drafter"].values[:, dd, hw])
+            out["knee_drafter"] = np.where(has[None, :], kd, np.inf)
+        return out
 
     def _normalise_rows(self, rows: pd.DataFrame) -> pd.DataFrame:
         d = self.design
@@ -601,7 +636,9 @@ class Fit:
         xarray.Dataset
             ``c1p, c1v, c1d, c2p, c2v, c2d`` (MoE also ``c1s, c2s``: the per-verifier-pass
             cost at full expert coverage), dims ``("sample", "row")``; ``sample`` stacks
-            chain × draw. Prefill coefficients are for the row's own prompt length
+            chain × draw; also ``knee_verifier``, ``knee_drafter``, the knee batches of the
+            batch curvature (:func:`laws.effective_curvature`; ``inf`` where a row has no
+            drafter pass). Prefill coefficients are for the row's own prompt length
             (unit value × ``prefill / unit mean prefill``), so
             ``laws.effective_costs(..., decode, alpha, k)`` reproduces the model's costs.
             Drafter coefficients are 0 for ``k = 0`` rows (and always for ``dense``). A cell
@@ -625,6 +662,8 @@ class Fit:
             v = np.exp(draws[c]) if c in draws else np.zeros((n_s, len(rows)))
             if c in ("c1p", "c2p"):
                 v = v * ratio[None, :]
+            data[c] = (("sample", "row"), v)
+        for c, v in self._knee_draws(self._post(), rows).items():
             data[c] = (("sample", "row"), v)
         return xr.Dataset(data, coords={"sample": np.arange(n_s), "row": np.arange(len(rows))})
 

@@ -29,11 +29,13 @@ import numpy as np
 __all__ = [
     "alpha_from_acceptance_length",
     "alpha_from_marginal",
+    "batch_curvature",
     "break_even",
     "break_even_rps",
     "closed_loop_latency",
     "cycle_cost",
     "effective_costs",
+    "effective_curvature",
     "expected_tokens",
     "expert_coverage",
     "latency",
@@ -45,6 +47,8 @@ __all__ = [
     "optimal_k",
     "pass_cost",
     "routed_tokens",
+    "rps_at_latency",
+    "saturation_rps",
     "speedup",
     "speedup_from_ratios",
     "verifier_passes",
@@ -232,12 +236,26 @@ def alpha_from_acceptance_length(length: Any, k: Any) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def latency(rps: Any, c1: Any, c2: Any) -> Any:
+def latency(rps: Any, c1: Any, c2: Any, c3: Any = 0.0) -> Any:
     r"""Mean latency of an open-loop (fixed request rate) server.
 
     From :math:`L = C_1 + B C_2` and Little's law :math:`B = \lambda L`:
 
     .. math::  L(\lambda) = \frac{C_1}{1 - \lambda C_2}, \qquad \lambda C_2 < 1
+
+    With a batch curvature :math:`C_3 \ge 0` (:func:`batch_curvature`: the step cost grows
+    faster than linearly in the batch as decoding turns compute-bound),
+    :math:`L = C_1 + B C_2 + B^2 C_3` and Little's law give the smaller root of a quadratic,
+    written without cancellation:
+
+    .. math::
+
+        L = \frac{C_1}{h}, \qquad
+        h = \tfrac12\Big((1 - x) + \sqrt{(1 - x)^2 - 4\lambda^2 C_1 C_3}\Big),
+        \qquad x = \lambda C_2
+
+    (:math:`h` is the headroom, :func:`log_headroom`). :math:`C_3 = 0` is the law above;
+    the server saturates at :func:`saturation_rps`.
 
     Parameters
     ----------
@@ -247,27 +265,92 @@ def latency(rps: Any, c1: Any, c2: Any) -> Any:
         Load-independent cost :math:`C_1` (s).
     c2 : array_like
         Load-dependent cost :math:`C_2` (s per concurrent request).
+    c3 : array_like, default 0
+        Batch curvature :math:`C_3` (s per concurrent request squared).
 
     Returns
     -------
     ndarray
-        ``L`` in seconds; ``inf`` where ``rps * c2 >= 1`` (saturated). Never negative.
+        ``L`` in seconds; ``inf`` where saturated (``rps >= saturation_rps``). Never negative.
     """
-    xp = _namespace(rps, c1, c2)
-    x = rps * c2
+    xp = _namespace(rps, c1, c2, c3)
     with _quiet(xp):
-        headroom = 1.0 - x
-        safe = xp.where(headroom > 0, headroom, 1.0)
-        return xp.where(headroom > 0, c1 / safe, np.inf)
+        head, feasible = _open_headroom(rps, c1, c2, c3, xp)
+        return xp.where(feasible, c1 / head, np.inf)
 
 
-def closed_loop_latency(concurrency: Any, c1: Any, c2: Any) -> Any:
+def _open_headroom(
+    rps: Any, c1: Any, c2: Any, c3: Any, xp: ModuleType, softness: float = 0.0
+) -> tuple[Any, Any]:
+    r"""Headroom ``h = C1 / L`` of open-loop rows and where it exists (see :func:`latency`).
+
+    In relative form :math:`h = \tfrac12 (1 - x)(1 + \sqrt{\rho})`,
+    :math:`\rho = 1 - 4\lambda^2 C_1 C_3/(1 - x)^2`. With ``softness`` :math:`w > 0` the
+    square root is continued below :math:`\rho = w` by :math:`\sqrt w\,e^{(\rho - w)/2w}`
+    (value and slope match at :math:`w`), so the curved wall becomes a smooth plateau
+    (:func:`log_headroom`)."""
+    free = 1.0 - rps * c2
+    safe_free = xp.where(free > 0, free, 1.0)  # keeps the unused branch (and its gradient) finite
+    rho = 1.0 - 4.0 * rps * rps * c1 * c3 / (safe_free * safe_free)
+    if softness > 0:
+        feasible = free > 0
+        root = xp.where(
+            rho >= softness,
+            xp.sqrt(xp.maximum(rho, softness)),
+            np.sqrt(softness) * xp.exp((xp.minimum(rho, softness) - softness) / (2 * softness)),
+        )
+    else:
+        feasible = (free > 0) & (rho > 0)
+        root = xp.sqrt(xp.where(feasible, rho, 1.0))
+    return 0.5 * safe_free * (1.0 + root), feasible
+
+
+def saturation_rps(c1: Any, c2: Any, c3: Any = 0.0) -> Any:
+    r"""The request rate at which an open-loop server saturates (its throughput capacity).
+
+    .. math::  \lambda_\mathrm{sat} = \frac{1}{C_2 + 2\sqrt{C_1 C_3}}
+
+    (the rate where the discriminant of :func:`latency` vanishes; :math:`1/C_2` without
+    curvature). At :math:`\lambda_\mathrm{sat}` the latency is :math:`2C_1/(1 - \lambda C_2)`
+    with curvature and unbounded without.
+    """
+    xp = _namespace(c1, c2, c3)
+    with _quiet(xp):
+        return 1.0 / (c2 + 2.0 * xp.sqrt(c1 * c3))
+
+
+def rps_at_latency(target: Any, c1: Any, c2: Any, c3: Any = 0.0) -> np.ndarray:
+    r"""The request rate at which the mean latency reaches ``target`` (inverse of :func:`latency`).
+
+    :math:`L = C_1 + \lambda L C_2 + (\lambda L)^2 C_3` solved for :math:`\lambda`:
+
+    .. math::
+
+        \lambda = \frac{2 (L - C_1)}{L\,\big(C_2 + \sqrt{C_2^2 + 4 C_3 (L - C_1)}\big)}
+
+    (:math:`(1 - C_1/L)/C_2` without curvature); ``0`` where ``target <= C1``. With curvature
+    the latency stays finite up to the wall, where it reaches
+    :math:`L_\mathrm{sat} = 2 C_1/(1 - \lambda_\mathrm{sat} C_2)`; a target at or above
+    :math:`L_\mathrm{sat}` is met at every sustainable rate: the answer is
+    :func:`saturation_rps` (the root above would lie on the quadratic's unphysical branch).
+    """
+    target = np.asarray(target, dtype=float)
+    c1, c2, c3 = (np.asarray(a, dtype=float) for a in (c1, c2, c3))
+    with np.errstate(all="ignore"):
+        excess = np.maximum(target - c1, 0.0)
+        lam = 2.0 * excess / (target * (c2 + np.sqrt(c2 * c2 + 4.0 * c3 * excess)))
+        sat = saturation_rps(c1, c2, c3)
+        at_wall = 2.0 * c1 / (1.0 - sat * c2)  # inf without curvature
+        return np.where(target >= at_wall, sat, np.minimum(lam, sat))
+
+
+def closed_loop_latency(concurrency: Any, c1: Any, c2: Any, c3: Any = 0.0) -> Any:
     r"""Mean latency of a closed-loop server with ``N`` requests always in flight.
 
-    .. math::  L(N) = C_1 + N C_2
+    .. math::  L(N) = C_1 + N C_2 + N^2 C_3
 
-    The same :math:`C_1, C_2` as :func:`latency`: with a fixed concurrency the batch is
-    :math:`B = N` directly (DESIGN.md §1.1).
+    The same :math:`C_1, C_2` (and batch curvature :math:`C_3`) as :func:`latency`: with a
+    fixed concurrency the batch is :math:`B = N` directly (DESIGN.md §1.1).
 
     Parameters
     ----------
@@ -275,23 +358,35 @@ def closed_loop_latency(concurrency: Any, c1: Any, c2: Any) -> Any:
         Mean number of requests in the system ``N``.
     c1, c2 : array_like
         Load-independent and load-dependent costs (s, s per request).
+    c3 : array_like, default 0
+        Batch curvature (s per request squared).
 
     Returns
     -------
     ndarray
         ``L`` in seconds.
     """
-    return c1 + concurrency * c2
+    return c1 + concurrency * (c2 + concurrency * c3)
 
 
-def log_headroom(c1: Any, c2: Any, rps: Any, concurrency: Any, closed: Any) -> Any:
-    r"""Log headroom :math:`\log(1 - x)` of a row, open or closed loop.
+def log_headroom(
+    c1: Any,
+    c2: Any,
+    rps: Any,
+    concurrency: Any,
+    closed: Any,
+    c3: Any = 0.0,
+    *,
+    wall_softness: float = 0.0,
+) -> Any:
+    r"""Log headroom :math:`\log h = \log(C_1 / L)` of a row, open or closed loop.
 
-    Both loops satisfy :math:`L = C_1 / (1 - x)` with the utilisation :math:`x = B C_2 / L`:
-    open loop :math:`x = \lambda C_2` (:func:`latency`); closed loop :math:`B = N`, so
-    :math:`1 - x = C_1 / (C_1 + N C_2)` (:func:`closed_loop_latency`). Hence
-    :math:`\log L = \log C_1 - \log(1 - x)` in both — the form the model's likelihood uses
-    (one log per row, no division).
+    Both loops satisfy :math:`L = C_1 / h`: open loop :math:`h = 1 - \lambda C_2` (with a batch
+    curvature, the root of :func:`latency`); closed loop
+    :math:`h = C_1 / (C_1 + N C_2 + N^2 C_3)` (:func:`closed_loop_latency`). Hence
+    :math:`\log L = \log C_1 - \log h` in both — the form the model's likelihood uses (one
+    log per row, no division). :math:`x = 1 - h` is the row's utilisation: the share of its
+    latency spent waiting on the batch.
 
     Parameters
     ----------
@@ -301,26 +396,33 @@ def log_headroom(c1: Any, c2: Any, rps: Any, concurrency: Any, closed: Any) -> A
         Open-loop rate λ and closed-loop N (the one not used by a row is ignored).
     closed : array_like of bool or {0, 1}
         Which rows are closed loop.
+    c3 : array_like, default 0
+        Batch curvature (:func:`batch_curvature`).
+    wall_softness : float, default 0
+        With curvature the exact law has a *finite* latency at its wall
+        (:func:`saturation_rps`) and none past it: a cliff in any likelihood built on it,
+        which a gradient sampler cannot cross (divergences). A softness :math:`w > 0`
+        replaces the cliff by a smooth plateau for rows within :math:`w` of the wall or
+        past it (see ``_open_headroom``); rows further from the wall are exact. Model graphs
+        only; the planner and predictions use the exact law.
 
     Returns
     -------
     array
-        :math:`\log(1 - x)`; ``-inf`` where an open-loop row is saturated (:math:`x \ge 1`).
+        :math:`\log h`; ``-inf`` where an open-loop row is saturated.
     """
-    xp = _namespace(c1, c2, rps, concurrency, closed)
+    xp = _namespace(c1, c2, rps, concurrency, closed, c3)
     # a closed mask given as data (not a graph variable) prunes the branch no row uses
     fixed = isinstance(closed, np.ndarray | bool | int | float)
     any_closed = bool(np.any(closed)) if fixed else True
     all_closed = bool(np.all(closed)) if fixed else False
     with _quiet(xp):
         if any_closed:
-            closed_ = xp.log(c1) - xp.log(c1 + concurrency * c2)
+            closed_ = xp.log(c1) - xp.log(closed_loop_latency(concurrency, c1, c2, c3))
             if all_closed:
                 return closed_
-        x = rps * c2
-        feasible = x < 1.0
-        safe = xp.where(feasible, x, 0.0)  # keeps the unused branch (and its gradient) finite
-        open_ = xp.where(feasible, xp.log1p(-safe), -np.inf)
+        head, feasible = _open_headroom(rps, c1, c2, c3, xp, wall_softness)
+        open_ = xp.where(feasible, xp.log(head), -np.inf)
         if not any_closed:
             return open_
         return xp.where(closed > 0, closed_, open_)
@@ -370,6 +472,54 @@ def effective_costs(
     return c1, c2
 
 
+def batch_curvature(
+    c2_verifier: Any, c2_drafter: Any, knee_verifier: Any, knee_drafter: Any
+) -> Any:
+    r"""Batch curvature :math:`C_3` of a configuration from the knees of its passes.
+
+    A pass's per-request cost grows with the batch as it turns compute-bound: the verifier
+    part of :math:`C_2` (prefill and verifier passes) doubles at a batch of
+    :math:`K_v` requests, the drafter part at :math:`K_d` (drafter passes are small and
+    reach their compute limit at a smaller batch):
+
+    .. math::  C_3 = \frac{C_{2,v}}{K_v} + \frac{C_{2,d}}{K_d}, \qquad
+               L = C_1 + B\,C_2 + B^2 C_3 \quad(:func:`latency`)
+
+    Parameters
+    ----------
+    c2_verifier, c2_drafter : array_like
+        The verifier part :math:`c_{2p} + w\,c_{2v}` and the drafter part
+        :math:`w\,k\,c_{2d}` of :math:`C_2` (:func:`effective_curvature` splits them).
+    knee_verifier, knee_drafter : array_like
+        Knee batches :math:`K_v, K_d` (requests; ``inf`` = no curvature).
+
+    Returns
+    -------
+    array
+        :math:`C_3` (s per request squared).
+    """
+    return c2_verifier / knee_verifier + c2_drafter / knee_drafter
+
+
+def effective_curvature(
+    c2p: Any,
+    c2v: Any,
+    c2d: Any,
+    decode: Any,
+    alpha: Any,
+    k: Any,
+    knee_verifier: Any,
+    knee_drafter: Any,
+) -> Any:
+    r""":func:`batch_curvature` of a configuration, with :math:`C_2` split as in
+    :func:`effective_costs`: :math:`C_{2,v} = c_{2p} + w\,c_{2v}`,
+    :math:`C_{2,d} = w\,k\,c_{2d}`, :math:`w = g/E(\alpha, k)`."""
+    passes = verifier_passes(decode, alpha, k)
+    return batch_curvature(
+        cycle_cost(c2p, passes, c2v), passes * k * c2d, knee_verifier, knee_drafter
+    )
+
+
 def verifier_passes(decode: Any, alpha: Any, k: Any) -> Any:
     r"""Verifier passes (SD cycles) per request: :math:`w = g / E(\alpha, k)`.
 
@@ -397,7 +547,15 @@ def cycle_cost(c_p: Any, passes: Any, per_pass: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def speedup(rps: Any, c1_sd: Any, c2_sd: Any, c1_dense: Any, c2_dense: Any) -> np.ndarray:
+def speedup(
+    rps: Any,
+    c1_sd: Any,
+    c2_sd: Any,
+    c1_dense: Any,
+    c2_dense: Any,
+    c3_sd: Any = 0.0,
+    c3_dense: Any = 0.0,
+) -> np.ndarray:
     r"""Speedup of speculative decoding over dense decoding at request rate λ.
 
     .. math::
@@ -407,7 +565,9 @@ def speedup(rps: Any, c1_sd: Any, c2_sd: Any, c1_dense: Any, c2_dense: Any) -> n
         \quad C_{1R} = \frac{C_{1,\mathrm{sd}}}{C_{1,\mathrm{dense}}},\;
         C_{2R} = \frac{C_{2,\mathrm{sd}}}{C_{2,\mathrm{dense}}},\; r = \lambda C_{2,\mathrm{dense}}
 
-    The closed form holds while both configurations are unsaturated. Beyond that the ratio
+    (the closed form is that of the law without batch curvature; with ``c3_sd``,
+    ``c3_dense`` it is the ratio of the two :func:`latency` values).
+    The ratio holds while both configurations are unsaturated. Beyond that the ratio
     is not a number: this function returns ``inf`` where only the dense server is saturated
     (SD still has a finite latency), ``0`` where only SD is saturated, and ``NaN`` where both
     are. Callers that report speedups should report saturation alongside.
@@ -418,14 +578,16 @@ def speedup(rps: Any, c1_sd: Any, c2_sd: Any, c1_dense: Any, c2_dense: Any) -> n
         Request rate (req/s).
     c1_sd, c2_sd, c1_dense, c2_dense : array_like
         Effective costs of the SD and dense configurations.
+    c3_sd, c3_dense : array_like, default 0
+        Their batch curvatures (:func:`effective_curvature`).
 
     Returns
     -------
     ndarray
         Speedup (> 1 means SD is faster).
     """
-    l_dense = np.asarray(latency(rps, c1_dense, c2_dense), dtype=float)
-    l_sd = np.asarray(latency(rps, c1_sd, c2_sd), dtype=float)
+    l_dense = np.asarray(latency(rps, c1_dense, c2_dense, c3_dense), dtype=float)
+    l_sd = np.asarray(latency(rps, c1_sd, c2_sd, c3_sd), dtype=float)
     with np.errstate(all="ignore"):
         out = l_dense / l_sd
     return np.where(np.isinf(l_dense) & np.isinf(l_sd), np.nan, out)
@@ -483,15 +645,33 @@ def break_even(c1_ratio: Any, c2_ratio: Any) -> np.ndarray:
     return np.where((r_star > 0.0) & (r_star < 1.0), r_star, np.nan)
 
 
-def break_even_rps(c1_sd: Any, c2_sd: Any, c1_dense: Any, c2_dense: Any) -> np.ndarray:
+def break_even_rps(
+    c1_sd: Any,
+    c2_sd: Any,
+    c1_dense: Any,
+    c2_dense: Any,
+    c3_sd: Any = 0.0,
+    c3_dense: Any = 0.0,
+    *,
+    iterations: int = 60,
+) -> np.ndarray:
     r"""Request rate at which SD stops (or starts) paying.
 
     .. math::  \mathrm{RPS}^* = r^* / C_{2,\mathrm{dense}}
+
+    With batch curvature (any ``c3`` > 0) there is no closed form: the rate where
+    :math:`L_\mathrm{sd}(\lambda) = L_\mathrm{dense}(\lambda)` is found by vectorised
+    bisection on :math:`[0, \lambda_\mathrm{sat,dense})` (:func:`saturation_rps`), where the
+    sign of the difference changes between its ends (``iterations`` halvings). A curved
+    latency stays finite up to its wall and is ``inf`` past it, so where SD saturates
+    before dense while still faster, the break-even is SD's saturation rate.
 
     Parameters
     ----------
     c1_sd, c2_sd, c1_dense, c2_dense : array_like
         Effective costs of the SD and dense configurations.
+    c3_sd, c3_dense : array_like, default 0
+        Their batch curvatures.
 
     Returns
     -------
@@ -501,8 +681,28 @@ def break_even_rps(c1_sd: Any, c2_sd: Any, c1_dense: Any, c2_dense: Any) -> np.n
     """
     c1_dense = np.asarray(c1_dense, dtype=float)
     c2_dense = np.asarray(c2_dense, dtype=float)
-    r_star = break_even(np.asarray(c1_sd) / c1_dense, np.asarray(c2_sd) / c2_dense)
-    return r_star / c2_dense
+    if not (np.any(np.asarray(c3_sd) > 0) or np.any(np.asarray(c3_dense) > 0)):
+        r_star = break_even(np.asarray(c1_sd) / c1_dense, np.asarray(c2_sd) / c2_dense)
+        return r_star / c2_dense
+    args = np.broadcast_arrays(
+        *(np.asarray(a, dtype=float) for a in (c1_sd, c2_sd, c1_dense, c2_dense, c3_sd, c3_dense))
+    )
+    c1s, c2s, c1d, c2d, c3s, c3d = args
+
+    def gap(lam):  # L_sd - L_dense: inf - finite = inf where only SD is saturated
+        with np.errstate(all="ignore"):
+            return latency(lam, c1s, c2s, c3s) - latency(lam, c1d, c2d, c3d)
+
+    hi = saturation_rps(c1d, c2d, c3d) * (1.0 - 1e-9)
+    lo = np.zeros_like(hi)
+    sign_lo = np.sign(gap(lo))
+    crosses = (sign_lo != 0) & (np.sign(gap(hi)) == -sign_lo)
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        same = np.sign(gap(mid)) == sign_lo
+        lo = np.where(same, mid, lo)
+        hi = np.where(same, hi, mid)
+    return np.where(crosses, 0.5 * (lo + hi), np.nan)
 
 
 def optimal_k(
@@ -609,9 +809,9 @@ def routed_tokens(rps: Any, latency_s: Any, k: Any) -> Any:
     return rps * latency_s * (k + 1.0)
 
 
-def _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, current, xp):
+def _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s, current, xp):
     phi = expert_coverage(routed_tokens(rps, current, k), m, M)
-    return latency(rps, c1u + phi * c1s, c2u + phi * c2s)
+    return latency(rps, c1u + phi * c1s, c2u + phi * c2s, c3u + phi * c3s)
 
 
 def moe_latency(
@@ -624,6 +824,8 @@ def moe_latency(
     M: Any,
     k: Any = 0,
     *,
+    c3u: Any = 0.0,
+    c3s: Any = 0.0,
     rtol: float = 1e-12,
     max_iter: int = 100_000,
 ) -> np.ndarray:
@@ -649,6 +851,8 @@ def moe_latency(
         Experts per token and per layer.
     k : array_like, default 0
         Draft length (tokens per verifier pass = k + 1).
+    c3u, c3s : array_like, default 0
+        Batch curvature (:func:`latency`) at zero coverage and its increment at full coverage.
     rtol : float
         Relative convergence tolerance.
     max_iter : int
@@ -661,12 +865,12 @@ def moe_latency(
         ``L`` (s), ``inf`` where saturated.
     """
     arrays = np.broadcast_arrays(
-        *(np.asarray(a, dtype=float) for a in (rps, c1u, c1s, c2u, c2s, m, M, k))
+        *(np.asarray(a, dtype=float) for a in (rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s))
     )
-    rps, c1u, c1s, c2u, c2s, m, M, k = (a.ravel() for a in arrays)
+    rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s = (a.ravel() for a in arrays)
     shape = arrays[0].shape
     with np.errstate(all="ignore"):
-        current = latency(rps, c1u, c2u)  # phi = 0 lower bound
+        current = latency(rps, c1u, c2u, c3u)  # phi = 0 lower bound
         active = np.isfinite(current)
         for _ in range(max_iter):
             if not active.any():
@@ -681,6 +885,8 @@ def moe_latency(
                 m[idx],
                 M[idx],
                 k[idx],
+                c3u[idx],
+                c3s[idx],
                 current[idx],
                 np,
             )
@@ -704,6 +910,8 @@ def moe_latency_unrolled(
     M: Any,
     k: Any = 0,
     *,
+    c3u: Any = 0.0,
+    c3s: Any = 0.0,
     iterations: int = 30,
 ) -> Any:
     r"""A fixed number of iterations of the map of :func:`moe_latency` (differentiable).
@@ -712,10 +920,10 @@ def moe_latency_unrolled(
     at :math:`\varphi = 0` and applies the same update ``iterations`` times. Saturated
     iterates are ``inf``. With NumPy inputs it equals :func:`moe_latency` once converged.
     """
-    xp = _namespace(rps, c1u, c1s, c2u, c2s, m, M, k)
-    current = latency(rps, c1u, c2u)
+    xp = _namespace(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s)
+    current = latency(rps, c1u, c2u, c3u)
     for _ in range(iterations):
-        current = _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, current, xp)
+        current = _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s, current, xp)
     return current
 
 
@@ -759,6 +967,8 @@ def moe_latency_implicit(
     M: Any,
     k: Any = 0,
     *,
+    c3u: Any = 0.0,
+    c3s: Any = 0.0,
     iterations: int = MOE_IMPLICIT_ITERATIONS,
     newton: int = MOE_IMPLICIT_NEWTON,
 ) -> Any:
@@ -833,14 +1043,16 @@ def moe_latency_implicit(
         ``L`` (s); ``inf`` where there is no finite fixed point, with a finite (zero)
         gradient there.
     """
-    xp = _namespace(rps, c1u, c1s, c2u, c2s, m, M, k)
+    xp = _namespace(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s)
     if _is_numpy(xp):
-        return moe_latency(rps, c1u, c1s, c2u, c2s, m, M, k)
+        return moe_latency(rps, c1u, c1s, c2u, c2s, m, M, k, c3u=c3u, c3s=c3s)
     from pytensor.gradient import disconnected_grad
 
     # one shape for every input, so the elementwise slope is a plain gradient of a sum
-    args = xp.broadcast_arrays(*(_as_float(a, xp) for a in (rps, c1u, c1s, c2u, c2s, m, M, k)))
-    current = moe_latency_unrolled(*args, iterations=iterations)
+    args = xp.broadcast_arrays(
+        *(_as_float(a, xp) for a in (rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s))
+    )
+    current = moe_latency_unrolled(*args[:8], c3u=args[8], c3s=args[9], iterations=iterations)
     for _ in range(newton):
         current = _moe_newton(args, current, xp)
     return _moe_newton(args, disconnected_grad(current), xp)

@@ -6,8 +6,10 @@ mean speedup is :math:`\mathbb{E}[L_\mathrm{dense}/L_\mathrm{sd}]`, not the rati
 latencies, and intervals are quantiles of draws, not formulas at posterior means.
 
 An *arm* is one server configuration on one workload — (verifier, hardware, drafter,
-prefill, decode) — for which the fit provides draws of the six cycle coefficients
-(``fit.coefficients``); alpha and k then give its effective :math:`(C_1, C_2)`.
+prefill, decode) — for which the fit provides draws of the six cycle coefficients and the
+knee batches (``fit.coefficients``); alpha and k then give its effective
+:math:`(C_1, C_2, C_3)` — :math:`C_3` the batch curvature (:func:`laws.effective_curvature`),
+so every latency here is :func:`laws.latency` of the law the model was fitted with.
 All latencies here are the *mean* latency ``mu`` of the model (no observation noise): the
 quantities a capacity plan is about.
 """
@@ -39,6 +41,7 @@ __all__ = [
 ]
 
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
+KNEES = ("knee_verifier", "knee_drafter")
 DEFAULT_KS: tuple[int, ...] = tuple(range(0, 11))
 #: P(C2R > 1) at or above which a configuration gets the note's "red flag".
 RED_FLAG_PROB = 0.9
@@ -158,8 +161,14 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
         if any(a.k > 0 for a in arms):
             raise
         ds = fit.coefficients(pd.concat([a.row() for a in arms], ignore_index=True))
+    n = ds.sizes["sample"]
     return [
-        {name: np.asarray(ds[name].isel(row=i).values, dtype=float) for name in COEFFICIENTS}
+        {
+            name: np.asarray(ds[name].isel(row=i).values, dtype=float)
+            if name in ds
+            else np.full(n, np.inf)  # a fit without knees: no batch curvature
+            for name in COEFFICIENTS + KNEES
+        }
         for i in range(len(arms))
     ]
 
@@ -184,8 +193,9 @@ def _alpha_draws(fit: Any, arm: Arm, n: int, k: np.ndarray) -> np.ndarray:
 
 def _costs(
     fit: Any, coefs: dict[str, np.ndarray], arm: Arm, alpha: Any = None, k: Any = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`laws.effective_costs` over coefficient draws, broadcasting alpha and k after them."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`laws.effective_costs` and :func:`laws.effective_curvature` over coefficient
+    draws, broadcasting alpha and k after them: ``(C1, C2, C3)``."""
     n = coefs["c1p"].shape[0]
     k = np.asarray(arm.k if k is None else k)
     if alpha is None:
@@ -193,14 +203,20 @@ def _costs(
     else:
         alpha = _check_alpha(alpha)[None, ...]
     extra = max(np.ndim(alpha) - 1, k.ndim)
-    c = [coefs[name].reshape((n,) + (1,) * extra) for name in COEFFICIENTS]
-    return laws.effective_costs(*c, arm.decode, alpha, k[None, ...])
+    c = {name: coefs[name].reshape((n,) + (1,) * extra) for name in COEFFICIENTS + KNEES}
+    k = k[None, ...]
+    c1, c2 = laws.effective_costs(*(c[name] for name in COEFFICIENTS), arm.decode, alpha, k)
+    c3 = laws.effective_curvature(
+        c["c2p"], c["c2v"], c["c2d"], arm.decode, alpha, k, c["knee_verifier"], c["knee_drafter"]
+    )
+    return c1, c2, np.broadcast_to(c3, c2.shape)
 
 
 def effective_cost_draws(
     fit: Any, arm: Arm, *, alpha: Any = None, k: Any = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Draws of :math:`(C_1, C_2)` of an arm via :func:`laws.effective_costs`.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Draws of :math:`(C_1, C_2, C_3)` of an arm via :func:`laws.effective_costs` and
+    :func:`laws.effective_curvature` (:math:`C_3`: the batch curvature).
 
     ``alpha`` and ``k`` (arrays) override the arm's and broadcast after the sample axis:
     the result has shape ``(sample, *broadcast(alpha, k).shape)``. Without ``alpha`` an SD
@@ -213,9 +229,9 @@ def effective_cost_draws(
 def _sd_and_dense(fit: Any, arm: Arm, k: Any = None):
     """Effective costs of an SD arm and of dense decoding, from the *same* coefficient draws."""
     (coefs,) = coefficient_draws(fit, arm)
-    c1s, c2s = _costs(fit, coefs, arm, k=k)
-    c1d, c2d = _costs(fit, coefs, replace(arm, k=0, alpha=None))
-    return c1s, c2s, c1d, c2d
+    c1s, c2s, c3s = _costs(fit, coefs, arm, k=k)
+    c1d, c2d, c3d = _costs(fit, coefs, replace(arm, k=0, alpha=None))
+    return c1s, c2s, c3s, c1d, c2d, c3d
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,13 +253,22 @@ def speedup(fit: Any, arm: Arm, rps: Sequence[float], *, prob: float = INTERVAL_
     rps = _check_rps(rps)
     if arm.k == 0:
         raise ValueError("speedup needs an SD arm (k >= 1); dense is the baseline")
-    c1s, c2s, c1d, c2d = _sd_and_dense(fit, arm)
-    s = laws.speedup(rps[None, :], c1s[:, None], c2s[:, None], c1d[:, None], c2d[:, None])
+    c1s, c2s, c3s, c1d, c2d, c3d = _sd_and_dense(fit, arm)
+    s = laws.speedup(
+        rps[None, :],
+        c1s[:, None],
+        c2s[:, None],
+        c1d[:, None],
+        c2d[:, None],
+        c3s[:, None],
+        c3d[:, None],
+    )
     table = summarize(s, prob=prob)
     table.insert(0, "rps", rps)
     table["p_faster"] = np.mean(s > 1.0, axis=0)
-    table["p_dense_saturated"] = np.mean(rps[None, :] * c2d[:, None] >= 1.0, axis=0)
-    table["p_sd_saturated"] = np.mean(rps[None, :] * c2s[:, None] >= 1.0, axis=0)
+    sat_d, sat_s = laws.saturation_rps(c1d, c2d, c3d), laws.saturation_rps(c1s, c2s, c3s)
+    table["p_dense_saturated"] = np.mean(rps[None, :] >= sat_d[:, None], axis=0)
+    table["p_sd_saturated"] = np.mean(rps[None, :] >= sat_s[:, None], axis=0)
     table.attrs.update(arm=arm.label(), prob=prob, draws=s)
     return table
 
@@ -266,7 +291,7 @@ def cost_ratios(
     ks = _check_ks(ks)
     if np.any(ks == 0):
         raise ValueError("cost ratios compare SD (k >= 1) with dense")
-    c1s, c2s, c1d, c2d = _sd_and_dense(fit, arm, k=ks)
+    c1s, c2s, _, c1d, c2d, _ = _sd_and_dense(fit, arm, k=ks)
     c1r, c2r = c1s / c1d[:, None], c2s / c2d[:, None]
     p2 = np.mean(c2r > 1.0, axis=0)
     return pd.DataFrame(
@@ -287,33 +312,37 @@ def break_even(
     r"""Break-even load :math:`r^*` and :math:`\mathrm{RPS}^*` per draft length, as draws.
 
     Per draw the two latency curves either cross once below the dense saturation rate
-    (:func:`laws.break_even`) or never; the never-crossing draws are reported as
-    probabilities rather than hidden as ``NaN``:
+    (:func:`laws.break_even_rps`: with batch curvature found numerically; without it
+    :math:`r^* = (C_{1R} - 1)/(C_{1R} - C_{2R})`, :func:`laws.break_even`) or never; the
+    never-crossing draws are reported as probabilities rather than hidden as ``NaN``:
 
-    * ``p_always_wins`` — :math:`C_{1R} < 1` and :math:`C_{2R} \le 1`: SD faster at every
-      load the dense server can sustain;
-    * ``p_never_wins`` — :math:`C_{1R} \ge 1` and :math:`C_{2R} \ge 1`;
-    * ``p_wins_then_loses`` / ``p_loses_then_wins`` — the crossing cases.
+    * ``p_always_wins`` — no crossing and :math:`C_{1R} < 1`: SD faster at every load the
+      dense server can sustain (without curvature: :math:`C_{2R} \le 1`);
+    * ``p_never_wins`` — no crossing and :math:`C_{1R} \ge 1`;
+    * ``p_wins_then_loses`` / ``p_loses_then_wins`` — the crossing cases
+      (:math:`C_{1R} < 1` / :math:`> 1`).
 
-    Intervals of ``rps_star`` and ``r_star`` are over the draws that cross.
+    ``r_star`` is the crossing in units of the dense load, :math:`\mathrm{RPS}^* C_{2,
+    \mathrm{dense}}`. Intervals of ``rps_star`` and ``r_star`` are over the draws that cross.
     """
     ks = _check_ks([arm.k] if ks is None else ks)
     if np.any(ks == 0):
         raise ValueError("break-even compares SD (k >= 1) with dense")
-    c1s, c2s, c1d, c2d = _sd_and_dense(fit, arm, k=ks)
-    c1r, c2r = c1s / c1d[:, None], c2s / c2d[:, None]
-    r_star = laws.break_even(c1r, c2r)
-    rps_star = laws.break_even_rps(c1s, c2s, c1d[:, None], c2d[:, None])
+    c1s, c2s, c3s, c1d, c2d, c3d = _sd_and_dense(fit, arm, k=ks)
+    c1r = c1s / c1d[:, None]
+    rps_star = laws.break_even_rps(c1s, c2s, c1d[:, None], c2d[:, None], c3s, c3d[:, None])
+    r_star = rps_star * c2d[:, None]
+    cross = np.isfinite(rps_star)
     out = pd.DataFrame(
         dict(
             k=ks,
             **_columns("rps_star", rps_star, ("median", "lo", "hi"), prob),
             **_columns("r_star", r_star, ("median", "lo", "hi"), prob),
-            p_wins_then_loses=np.mean((c1r < 1) & (c2r > 1), axis=0),
-            p_loses_then_wins=np.mean((c1r > 1) & (c2r < 1), axis=0),
-            p_always_wins=np.mean((c1r < 1) & (c2r <= 1), axis=0),
-            p_never_wins=np.mean((c1r >= 1) & (c2r >= 1), axis=0),
-            dense_saturation_rps_median=np.median(1.0 / c2d),
+            p_wins_then_loses=np.mean(cross & (c1r < 1), axis=0),
+            p_loses_then_wins=np.mean(cross & (c1r > 1), axis=0),
+            p_always_wins=np.mean(~cross & (c1r < 1), axis=0),
+            p_never_wins=np.mean(~cross & (c1r >= 1), axis=0),
+            dense_saturation_rps_median=np.median(laws.saturation_rps(c1d, c2d, c3d)),
         )
     )
     out.attrs.update(arm=arm.label(), prob=prob, rps_star_draws=rps_star)
@@ -347,8 +376,10 @@ def optimal_k(
     rps = _check_rps(rps)
     ks = _check_ks(ks)
     # shape (sample, alpha, k) -> latencies (sample, alpha, rps, k)
-    c1, c2 = effective_cost_draws(fit, arm, alpha=alphas[:, None], k=ks[None, :])
-    lat = laws.latency(rps[None, None, :, None], c1[:, :, None, :], c2[:, :, None, :])
+    c1, c2, c3 = effective_cost_draws(fit, arm, alpha=alphas[:, None], k=ks[None, :])
+    lat = laws.latency(
+        rps[None, None, :, None], c1[:, :, None, :], c2[:, :, None, :], c3[:, :, None, :]
+    )
     best_idx = np.argmin(lat, axis=-1)
     best_lat = np.min(lat, axis=-1)
     with np.errstate(invalid="ignore"):
@@ -409,11 +440,6 @@ def measured_max_rps(fit: Any, arm: Arm, ks: Iterable[int]) -> np.ndarray:
     return np.array([top.get(int(k), np.nan) for k in ks], dtype=float)
 
 
-def _slo_rate_draws(c1: np.ndarray, c2: np.ndarray, slo: float) -> np.ndarray:
-    """Per draw, the highest rate with mean latency <= slo: :math:`(1 - C_1/\text{SLO})/C_2`."""
-    return np.where(c1 < slo, (1.0 - c1 / slo) / c2, 0.0)
-
-
 def capacity(
     fit: Any,
     arm: Arm,
@@ -425,7 +451,8 @@ def capacity(
     r"""Highest request rate whose mean latency stays under an SLO with probability ``prob``.
 
     :math:`L(\lambda)` rises with λ, so per draw :math:`L(\lambda) \le \mathrm{SLO}` exactly
-    when :math:`\lambda \le \lambda_\mathrm{SLO} = (1 - C_1/\mathrm{SLO})/C_2` (and never when
+    when :math:`\lambda \le \lambda_\mathrm{SLO}` (:func:`laws.rps_at_latency`:
+    :math:`(1 - C_1/\mathrm{SLO})/C_2` without batch curvature; never when
     :math:`C_1 \ge \mathrm{SLO}`). Hence
     :math:`P(L(\lambda) \le \mathrm{SLO}) \ge p \iff \lambda \le Q_{1-p}(\lambda_\mathrm{SLO})`:
     the capacity is the :math:`(1-p)` quantile of the draws of :math:`\lambda_\mathrm{SLO}`.
@@ -451,8 +478,8 @@ def capacity(
     if not 0 < prob < 1:
         raise ValueError("prob must lie in (0, 1)")
     ks = _check_ks(ks)
-    c1, c2 = effective_cost_draws(fit, arm, k=ks)
-    lam = _slo_rate_draws(c1, c2, slo_latency)
+    c1, c2, c3 = effective_cost_draws(fit, arm, k=ks)
+    lam = laws.rps_at_latency(slo_latency, c1, c2, c3)
     cap = np.quantile(lam, 1.0 - prob, axis=0, method="inverted_cdf")
     out = pd.DataFrame(
         dict(
@@ -512,25 +539,34 @@ def compare(
     workload — "where does SD stop paying?". Per draw
     :math:`S = L_a/L_b`, the crossover :math:`\lambda^\times` solves :math:`L_a = L_b`
     (:func:`laws.break_even_rps` with ``a`` as the baseline), and each arm saturates at
-    :math:`1/C_2`.
+    :func:`laws.saturation_rps` (:math:`1/C_2` without batch curvature).
 
     Returns
     -------
     dict
         ``speedup`` (table as :func:`speedup`), ``crossover`` (one-row summary with
-        ``p_cross``), ``saturation`` (per-arm summary of :math:`1/C_2`).
+        ``p_cross``), ``saturation`` (per-arm summary of the saturation rate).
     """
     rps = _check_rps(rps)
     coef_a, coef_b = coefficient_draws(fit, a, b)
-    c1a, c2a = _costs(fit, coef_a, a)
-    c1b, c2b = _costs(fit, coef_b, b)
-    s = laws.speedup(rps[None, :], c1b[:, None], c2b[:, None], c1a[:, None], c2a[:, None])
+    c1a, c2a, c3a = _costs(fit, coef_a, a)
+    c1b, c2b, c3b = _costs(fit, coef_b, b)
+    s = laws.speedup(
+        rps[None, :],
+        c1b[:, None],
+        c2b[:, None],
+        c1a[:, None],
+        c2a[:, None],
+        c3b[:, None],
+        c3a[:, None],
+    )
     table = summarize(s, prob=prob)
     table.insert(0, "rps", rps)
     table["p_faster"] = np.mean(s > 1.0, axis=0)
-    table["p_a_saturated"] = np.mean(rps[None, :] * c2a[:, None] >= 1.0, axis=0)
-    table["p_b_saturated"] = np.mean(rps[None, :] * c2b[:, None] >= 1.0, axis=0)
-    cross = laws.break_even_rps(c1b, c2b, c1a, c2a)
+    sat_a, sat_b = laws.saturation_rps(c1a, c2a, c3a), laws.saturation_rps(c1b, c2b, c3b)
+    table["p_a_saturated"] = np.mean(rps[None, :] >= sat_a[:, None], axis=0)
+    table["p_b_saturated"] = np.mean(rps[None, :] >= sat_b[:, None], axis=0)
+    cross = laws.break_even_rps(c1b, c2b, c1a, c2a, c3b, c3a)
     cs = summarize(cross, prob=prob)
     crossover = pd.DataFrame(
         dict(
@@ -541,6 +577,6 @@ def compare(
             p_b_wins_at_zero_load=[float(np.mean(c1b < c1a))],
         )
     )
-    sat = summarize(np.stack([1.0 / c2a, 1.0 / c2b], axis=1), prob=prob)
+    sat = summarize(np.stack([sat_a, sat_b], axis=1), prob=prob)
     sat.insert(0, "arm", [a.label(), b.label()])
     return dict(speedup=table, crossover=crossover, saturation=sat)

@@ -40,7 +40,8 @@ def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98):
     Parameters
     ----------
     points : pandas.DataFrame
-        Columns ``x`` (:math:`\lambda C_2`, posterior mean per row), ``y`` (:math:`L/C_1`)
+        Columns ``x`` (utilisation :math:`1 - C_1/\mu`, which is :math:`\lambda C_2` without
+        batch curvature; :func:`specbayes.report.collapse_points`), ``y`` (:math:`L/C_1`)
         and optionally ``group`` (colour) and ``excluded`` (bool, drawn hollow).
     """
     fig, ax = _axes(ax)
@@ -58,7 +59,7 @@ def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98):
     ax.set_xlim(0, 1)
     top = np.nanquantile(points["y"], 0.995) if len(points) else 10
     ax.set_ylim(0.8, max(3.0, min(top * 1.1, 60)))
-    ax.set_xlabel(r"normalised load $x = \lambda\,C_2$")
+    ax.set_xlabel(r"utilisation $x = 1 - C_1/\mu$ (= $\lambda\,C_2$ without curvature)")
     ax.set_ylabel(r"normalised latency $y = L / C_1$")
     ax.set_title("Latency collapse: measured points vs the law $y=1/(1-x)$")
     ax.legend(fontsize=7, ncol=2, loc="upper left", markerscale=1.5)

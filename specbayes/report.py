@@ -68,9 +68,13 @@ def default_arm(fit: Any) -> plan.Arm:
 
 
 def collapse_points(fit: Any) -> pd.DataFrame:
-    r"""Each fitted row normalised by its configuration's posterior-mean :math:`(C_1, C_2)`.
+    r"""Each fitted row normalised by its configuration's posterior-mean costs.
 
-    Returns ``x = rps·E[C2]``, ``y = L/E[C1]`` and a ``group`` label (verifier, dense/SD).
+    With :math:`\bar\mu` the law (:func:`laws.latency`, with batch curvature) at the
+    posterior-mean :math:`(C_1, C_2, C_3)`, returns the utilisation
+    ``x = 1 - E[C1]/mu_bar`` (:func:`laws.log_headroom`; :math:`\lambda E[C_2]` without
+    curvature; 1 past the wall), ``y = L/E[C1]`` and a ``group`` label (verifier,
+    dense/SD): a row the law fits exactly lies on :math:`y = 1/(1-x)`.
     """
     d = fit.data.reset_index(drop=True)
     ds = fit.coefficients(d)
@@ -80,10 +84,19 @@ def collapse_points(fit: Any) -> pd.DataFrame:
     unknown = (d["k"] > 0) & d["alpha"].isna()
     for (v, dr, cell), idx in d[unknown].groupby(["verifier", "drafter", "cell"]).groups.items():
         alpha[:, idx] = np.asarray(fit.alpha_draws(v, dr, cell))[:, None]
-    c1, c2 = laws.effective_costs(*coefs, d["decode"].to_numpy(), alpha, d["k"].to_numpy())
-    c1m, c2m = c1.mean(axis=0), c2.mean(axis=0)
+    g, k = d["decode"].to_numpy(), d["k"].to_numpy()
+    c1, c2 = laws.effective_costs(*coefs, g, alpha, k)
+    knees = [ds[n].values if n in ds else np.inf for n in plan.KNEES]  # none: no curvature
+    c3 = laws.effective_curvature(*coefs[3:], g, alpha, k, *knees)
+    c1m, c2m, c3m = (np.mean(np.broadcast_to(c, c1.shape), axis=0) for c in (c1, c2, c3))
+    conc = d["concurrency"].to_numpy(dtype=float) if "concurrency" in d else np.full(len(d), np.nan)
+    mu = np.where(  # the law at the posterior-mean costs (inf past its wall)
+        np.isfinite(conc),
+        laws.closed_loop_latency(np.nan_to_num(conc), c1m, c2m, c3m),
+        laws.latency(np.nan_to_num(d["rps"].to_numpy(dtype=float)), c1m, c2m, c3m),
+    )
     group = d["verifier"] + np.where(d["k"] > 0, " SD", " dense")
-    return pd.DataFrame(dict(x=d["rps"] * c2m, y=d["latency"] / c1m, group=group))
+    return pd.DataFrame(dict(x=1.0 - c1m / mu, y=d["latency"] / c1m, group=group))
 
 
 @dataclass
@@ -183,9 +196,11 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     arm = arm or default_arm(fit)
     dense = replace(arm, k=0, alpha=None, drafter=None)
-    c1d, c2d = plan.effective_cost_draws(fit, dense)
-    sat = float(np.median(1.0 / c2d))  # dense saturation rate (median draw)
-    sat_safe = float(np.quantile(1.0 / c2d, 0.05))  # dense unsaturated here w.p. 0.95
+    dense_costs = plan.effective_cost_draws(fit, dense)  # (C1, C2, C3) draws
+    c1d = dense_costs[0]
+    sat_draws = laws.saturation_rps(*dense_costs)
+    sat = float(np.median(sat_draws))  # dense saturation rate (median draw)
+    sat_safe = float(np.quantile(sat_draws, 0.05))  # dense unsaturated here w.p. 0.95
     rps = np.linspace(0.0, 0.95 * sat, 24)
     ks_show = [k for k in (1, 2, 4, 6, 8) if k != arm.k][:3] + ([arm.k] if arm.k else [])
     ks_show = sorted(set(ks_show))

@@ -123,9 +123,22 @@ def test_unseen_cell_is_predicted_from_the_trend(sd_fit):
         )
     )
     coefs = sd_fit.coefficients(rows)
-    assert set(coefs.data_vars) == {"c1p", "c1v", "c1d", "c2p", "c2v", "c2d"}
+    assert set(coefs.data_vars) == {
+        "c1p",
+        "c1v",
+        "c1d",
+        "c2p",
+        "c2v",
+        "c2d",
+        "knee_verifier",
+        "knee_drafter",
+    }
     assert coefs.sizes["row"] == 2
     assert (coefs["c1d"].values[:, 0] == 0).all() and (coefs["c1d"].values[:, 1] > 0).all()
+    # the verifier's knee on this GPU for both rows; a drafter knee only for the SD row
+    np.testing.assert_array_equal(coefs["knee_verifier"][:, 0], coefs["knee_verifier"][:, 1])
+    assert np.isinf(coefs["knee_drafter"][:, 0]).all()
+    assert np.isfinite(coefs["knee_drafter"][:, 1]).all()
     # one deviation draw per unseen cell, shared by its rows
     np.testing.assert_array_equal(coefs["c2v"].values[:, 0], coefs["c2v"].values[:, 1])
     # wider than a seen cell but finite and positive

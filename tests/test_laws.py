@@ -395,3 +395,122 @@ def test_moe_latency_implicit_saturated_rows_are_inf_without_nan_gradients():
     for g in grads:
         assert np.isfinite(g).all()
         assert (g[:2] == 0).all()
+
+
+# ---------------------------------------------------------------- batch curvature
+
+curv = st.floats(0.0, 1e-3, allow_nan=False)
+
+
+@settings(max_examples=200)
+@given(st.floats(0.0, 20.0), pos, st.floats(1e-3, 1.0), curv)
+def test_curved_latency_satisfies_littles_law_with_a_quadratic_step_cost(rps, c1, c2, c3):
+    lat = laws.latency(rps, c1, c2, c3)
+    sat = laws.saturation_rps(c1, c2, c3)
+    assert np.isfinite(lat) == (rps < sat)
+    if np.isfinite(lat):
+        batch = rps * lat
+        assert lat == pytest.approx(c1 + batch * c2 + batch**2 * c3, rel=1e-9)
+        assert lat >= laws.latency(rps, c1, c2) * (1 - 1e-12)  # curvature only adds
+        # the closed loop at the same batch is the same law (DESIGN §1.1)
+        assert laws.closed_loop_latency(batch, c1, c2, c3) == pytest.approx(lat, rel=1e-9)
+
+
+def test_curvature_zero_is_the_papers_law_and_saturates_earlier_otherwise():
+    rps = np.linspace(0.0, 13.0, 27)
+    np.testing.assert_array_equal(
+        laws.latency(rps, C1_DENSE, C2_DENSE, 0.0), laws.latency(rps, C1_DENSE, C2_DENSE)
+    )
+    assert laws.saturation_rps(C1_DENSE, C2_DENSE) == pytest.approx(1 / C2_DENSE)
+    c3 = 1e-4
+    sat = laws.saturation_rps(C1_DENSE, C2_DENSE, c3)
+    assert sat == pytest.approx(1 / (C2_DENSE + 2 * np.sqrt(C1_DENSE * c3)))
+    assert sat < 1 / C2_DENSE
+    # just below the wall the latency is finite (2 C1 / (1 - x)), at it there is no solution
+    below = laws.latency(sat * (1 - 1e-9), C1_DENSE, C2_DENSE, c3)
+    assert below == pytest.approx(2 * C1_DENSE / (1 - sat * C2_DENSE), rel=1e-3)
+    assert laws.latency(sat * (1 + 1e-9), C1_DENSE, C2_DENSE, c3) == np.inf
+
+
+@settings(max_examples=200)
+@given(pos, st.floats(1e-3, 1.0), curv, st.floats(1.0, 50.0))
+def test_rps_at_latency_inverts_latency(c1, c2, c3, factor):
+    target = c1 * factor
+    lam = laws.rps_at_latency(target, c1, c2, c3)
+    sat = laws.saturation_rps(c1, c2, c3)
+    if lam < sat * (1 - 1e-9):
+        assert laws.latency(lam, c1, c2, c3) == pytest.approx(target, rel=1e-7)
+    else:  # the target is above the latency at the wall: capped at saturation
+        assert lam == pytest.approx(sat)
+    assert laws.rps_at_latency(0.5 * c1, c1, c2, c3) == 0.0
+
+
+@settings(max_examples=200)
+@given(pos, st.floats(1e-3, 1.0), pos, st.floats(1e-3, 1.0), curv, curv)
+def test_curved_break_even_is_where_the_latencies_meet(c1s, c2s, c1d, c2d, c3s, c3d):
+    rps_star = laws.break_even_rps(c1s, c2s, c1d, c2d, c3s, c3d)
+    if np.isfinite(rps_star):
+        assert 0 < rps_star < laws.saturation_rps(c1d, c2d, c3d)
+        ls, ld = laws.latency(rps_star, c1s, c2s, c3s), laws.latency(rps_star, c1d, c2d, c3d)
+        sat_sd = laws.saturation_rps(c1s, c2s, c3s)
+        if rps_star < sat_sd * (1 - 1e-6):
+            assert ls == pytest.approx(ld, rel=1e-6)
+        else:  # a curved latency stays finite to its wall: SD stops paying where it saturates
+            assert rps_star == pytest.approx(sat_sd, rel=1e-6)
+    else:  # no sign change of L_sd - L_dense between zero load and the dense wall
+        lam = np.linspace(0, laws.saturation_rps(c1d, c2d, c3d) * (1 - 1e-9), 200)
+        diff = laws.latency(lam, c1s, c2s, c3s) - laws.latency(lam, c1d, c2d, c3d)
+        assert np.all(diff >= 0) or np.all(diff <= 0)
+
+
+def test_curved_break_even_meets_the_closed_form_as_curvature_vanishes():
+    closed = laws.break_even_rps(C1_A, C2_A, C1_DENSE, C2_DENSE)
+    tiny = laws.break_even_rps(C1_A, C2_A, C1_DENSE, C2_DENSE, 1e-14, 1e-14)
+    assert np.isfinite(closed) and tiny == pytest.approx(closed, rel=1e-5)
+
+
+def test_effective_curvature_splits_c2_into_verifier_and_drafter_parts():
+    c2p, c2v, c2d, g, alpha, k = 0.004, 1e-4, 1e-5, 512.0, 0.8, 3
+    w = g / laws.expected_tokens(alpha, k)
+    c3 = laws.effective_curvature(c2p, c2v, c2d, g, alpha, k, 2000.0, 300.0)
+    assert c3 == pytest.approx((c2p + w * c2v) / 2000.0 + w * k * c2d / 300.0)
+    # dense: no drafter part; infinite knees: the plain law
+    assert laws.effective_curvature(c2p, c2v, c2d, g, alpha, 0, 2000.0, 300.0) == pytest.approx(
+        (c2p + g * c2v) / 2000.0
+    )
+    assert laws.effective_curvature(c2p, c2v, c2d, g, alpha, k, np.inf, np.inf) == 0.0
+
+
+@settings(max_examples=100)
+@given(st.floats(0.0, 30.0), pos, pos, st.floats(1e-4, 0.2), st.floats(1e-4, 0.2), curv, curv)
+def test_curved_moe_latency_satisfies_its_equation(rps, c1u, c1s, c2u, c2s, c3u, c3s):
+    m, big_m, k = 8, 128, 2
+    lat = laws.moe_latency(rps, c1u, c1s, c2u, c2s, m, big_m, k, c3u=c3u, c3s=c3s)
+    if np.isfinite(lat):
+        phi = laws.expert_coverage(laws.routed_tokens(rps, lat, k), m, big_m)
+        rhs = laws.latency(rps, c1u + phi * c1s, c2u + phi * c2s, c3u + phi * c3s)
+        assert lat == pytest.approx(rhs, rel=1e-9)
+
+
+def test_curved_log_headroom_graph_matches_numpy_and_has_finite_gradients():
+    import pytensor
+    import pytensor.tensor as pt
+
+    c1v, c2v, c3v = pt.vector("c1"), pt.vector("c2"), pt.vector("c3")
+    rps = np.array([1.0, 5.0, 0.0, 3.0])
+    conc = np.array([0.0, 0.0, 8.0, 0.0])
+    closed = np.array([False, False, True, False])
+    out = laws.log_headroom(c1v, c2v, rps, conc, closed, c3v)
+    grads = pt.grad(out.sum(), [c1v, c2v, c3v])
+    f = pytensor.function([c1v, c2v, c3v], [out, *grads])
+    c1 = np.array([1.0, 1.0, 1.0, 1.0])
+    c2 = np.array([0.1, 0.3, 0.1, 0.2])  # row 2 saturated
+    c3 = np.array([1e-3, 1e-3, 1e-3, 0.05])  # row 4: x = 0.6 but past the curved wall
+    lh, *g = f(c1, c2, c3)
+    np.testing.assert_allclose(lh, laws.log_headroom(c1, c2, rps, conc, closed, c3))
+    assert lh[1] == -np.inf and lh[3] == -np.inf
+    want = np.where(
+        closed, laws.closed_loop_latency(conc, c1, c2, c3), laws.latency(rps, c1, c2, c3)
+    )
+    np.testing.assert_allclose(np.exp(np.log(c1) - lh)[[0, 2]], want[[0, 2]], rtol=1e-12)
+    assert all(np.isfinite(x).all() for x in g)

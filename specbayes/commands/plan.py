@@ -86,7 +86,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from specbayes import plan
+    from specbayes import laws, plan
     from specbayes.fit import load_fit
 
     fit = load_fit(args.fit)
@@ -94,8 +94,8 @@ def run_plan(args: argparse.Namespace) -> int:
     if arm.k == 0:
         raise ValueError("the planner compares an SD arm with dense: give --k >= 1")
     print(f"plan for {arm.label()} on {arm.hardware}, workload {arm.cell}")
-    _, c2d = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
-    sat = np.median(1.0 / c2d)
+    dense = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
+    sat = np.median(laws.saturation_rps(*dense))
     rps = args.rps or list(np.round(np.linspace(0, 0.9 * sat, 7), 3))
     tables = {
         "speedup": plan.speedup(fit, arm, rps),
