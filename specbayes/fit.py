@@ -352,7 +352,9 @@ class Fit:
                 - logy
             )
         rng = np.random.default_rng([self.seed, 1])
-        pp = mu * np.exp(sigma * rng.standard_normal(mu.shape))
+        with np.errstate(all="ignore"):
+            pp = mu * np.exp(sigma * rng.standard_normal(mu.shape))
+        pp = np.where(np.isfinite(mu), pp, np.inf)  # a draw past saturation: unbounded (as predict)
         shape = (nchain, len(draws_sel), n_obs)
         coords = {"chain": sub.chain.values, "draw": sub.draw.values, "obs": np.arange(n_obs)}
         ll_ds = xr.Dataset(

@@ -8,11 +8,11 @@ the *same* folds. Scores per fold and overall:
 
 * ``r2_log`` / ``r2`` — R² of the point prediction on log latency and on latency. The
   specbayes point is the posterior *median* of the mean latency :math:`\mu`, not its mean:
-  a row near capacity has draws past saturation (:math:`\lambda C_2 \ge 1`,
-  :math:`\mu = \infty`), which make the mean infinite while the median stays the typical
-  prediction. Rows whose point prediction is saturated (median draw past capacity; for the
-  baseline, its trend's C2) cannot enter an R²: they are counted in ``saturated_rows`` and
-  the R² is over the rest (``scored_rows``);
+  a row near capacity has draws past saturation (:math:`\lambda` at or above
+  :func:`specbayes.laws.saturation_rps`, :math:`\mu = \infty`), which make the mean
+  infinite while the median stays the typical prediction. Rows whose point prediction is
+  saturated (median draw past capacity; for the baseline, its trend's C2) cannot enter an
+  R²: they are counted in ``saturated_rows`` and the R² is over the rest (``scored_rows``);
 * ``elpd`` — expected log predictive density of the held-out rows,
   :math:`\sum_i \log \frac1S \sum_s p(y_i \mid \theta_s)` (specbayes only);
 * ``cov50`` / ``cov90`` — share of held-out rows inside the central 50 % / 90 %
