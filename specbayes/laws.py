@@ -291,6 +291,8 @@ def _open_headroom(
     (:func:`log_headroom`)."""
     free = 1.0 - rps * c2
     safe_free = xp.where(free > 0, free, 1.0)  # keeps the unused branch (and its gradient) finite
+    if not _is_numpy(xp) and _zero_constant(c3):  # no curvature: no quadratic in the graph
+        return safe_free, free > 0
     rho = 1.0 - 4.0 * rps * rps * c1 * c3 / (safe_free * safe_free)
     if softness > 0:
         feasible = free > 0
@@ -303,6 +305,13 @@ def _open_headroom(
         feasible = (free > 0) & (rho > 0)
         root = xp.sqrt(xp.where(feasible, rho, 1.0))
     return 0.5 * safe_free * (1.0 + root), feasible
+
+
+def _zero_constant(x: Any) -> bool:
+    """Whether ``x`` is a plain number (or array) that is zero everywhere, not a graph value."""
+    if type(x).__module__.startswith("pytensor"):
+        return False
+    return bool(np.all(np.asarray(x) == 0))
 
 
 def saturation_rps(c1: Any, c2: Any, c3: Any = 0.0) -> Any:
@@ -645,6 +654,10 @@ def break_even(c1_ratio: Any, c2_ratio: Any) -> np.ndarray:
     return np.where((r_star > 0.0) & (r_star < 1.0), r_star, np.nan)
 
 
+#: Rates on which :func:`break_even_rps` looks for the first crossing of curved latencies.
+BREAK_EVEN_GRID = 256
+
+
 def break_even_rps(
     c1_sd: Any,
     c2_sd: Any,
@@ -659,11 +672,12 @@ def break_even_rps(
 
     .. math::  \mathrm{RPS}^* = r^* / C_{2,\mathrm{dense}}
 
-    With batch curvature (any ``c3`` > 0) there is no closed form: the rate where
-    :math:`L_\mathrm{sd}(\lambda) = L_\mathrm{dense}(\lambda)` is found by vectorised
-    bisection on :math:`[0, \lambda_\mathrm{sat,dense})` (:func:`saturation_rps`), where the
-    sign of the difference changes between its ends (``iterations`` halvings). A curved
-    latency stays finite up to its wall and is ``inf`` past it, so where SD saturates
+    With batch curvature (any ``c3`` > 0) there is no closed form, and the curves may cross
+    twice (SD faster, then saturating first): the *first* rate in
+    :math:`(0, \lambda_\mathrm{sat,dense})` (:func:`saturation_rps`) where the sign of
+    :math:`L_\mathrm{sd} - L_\mathrm{dense}` changes, located on a grid of
+    :data:`BREAK_EVEN_GRID` rates and refined by bisection (``iterations`` halvings). A
+    curved latency stays finite up to its wall and is ``inf`` past it, so where SD saturates
     before dense while still faster, the break-even is SD's saturation rate.
 
     Parameters
@@ -690,13 +704,23 @@ def break_even_rps(
     c1s, c2s, c1d, c2d, c3s, c3d = args
 
     def gap(lam):  # L_sd - L_dense: inf - finite = inf where only SD is saturated
+        extra = lam.ndim - c1s.ndim  # grid axes after the costs' own
+        c = [x.reshape(x.shape + (1,) * extra) for x in (c1s, c2s, c3s, c1d, c2d, c3d)]
         with np.errstate(all="ignore"):
-            return latency(lam, c1s, c2s, c3s) - latency(lam, c1d, c2d, c3d)
+            return latency(lam, c[0], c[1], c[2]) - latency(lam, c[3], c[4], c[5])
 
-    hi = saturation_rps(c1d, c2d, c3d) * (1.0 - 1e-9)
-    lo = np.zeros_like(hi)
-    sign_lo = np.sign(gap(lo))
-    crosses = (sign_lo != 0) & (np.sign(gap(hi)) == -sign_lo)
+    top = saturation_rps(c1d, c2d, c3d) * (1.0 - 1e-9)
+    # with curvature the curves may cross more than once (SD can saturate first): the first
+    # sign change on a grid from just above zero load (curves that tie there may still cross
+    # later) to the dense wall, then bisection inside that grid cell
+    grid = top[..., None] * np.linspace(1e-9, 1.0, BREAK_EVEN_GRID)
+    signs = np.sign(gap(grid))  # broadcasts the costs over the trailing grid axis
+    sign_lo = signs[..., 0]
+    changed = (signs != sign_lo[..., None]) & (signs != 0)
+    crosses = (sign_lo != 0) & changed.any(axis=-1)
+    first = np.argmax(changed, axis=-1)
+    hi = np.take_along_axis(grid, first[..., None], axis=-1)[..., 0]
+    lo = np.take_along_axis(grid, np.maximum(first - 1, 0)[..., None], axis=-1)[..., 0]
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
         same = np.sign(gap(mid)) == sign_lo
@@ -811,7 +835,8 @@ def routed_tokens(rps: Any, latency_s: Any, k: Any) -> Any:
 
 def _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s, current, xp):
     phi = expert_coverage(routed_tokens(rps, current, k), m, M)
-    return latency(rps, c1u + phi * c1s, c2u + phi * c2s, c3u + phi * c3s)
+    c3 = 0.0 if _zero_constant(c3u) and _zero_constant(c3s) else c3u + phi * c3s
+    return latency(rps, c1u + phi * c1s, c2u + phi * c2s, c3)
 
 
 def moe_latency(
@@ -1049,9 +1074,11 @@ def moe_latency_implicit(
     from pytensor.gradient import disconnected_grad
 
     # one shape for every input, so the elementwise slope is a plain gradient of a sum
-    args = xp.broadcast_arrays(
-        *(_as_float(a, xp) for a in (rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s))
-    )
+    args = xp.broadcast_arrays(*(_as_float(a, xp) for a in (rps, c1u, c1s, c2u, c2s, m, M, k)))
+    if _zero_constant(c3u) and _zero_constant(c3s):
+        args += [0.0, 0.0]  # the plain law: no quadratic in the unrolled graph
+    else:
+        args += [xp.broadcast_to(_as_float(c, xp), args[0].shape) for c in (c3u, c3s)]
     current = moe_latency_unrolled(*args[:8], c3u=args[8], c3s=args[9], iterations=iterations)
     for _ in range(newton):
         current = _moe_newton(args, current, xp)

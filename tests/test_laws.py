@@ -236,7 +236,10 @@ def test_speedup_is_ratio_of_latencies(rps, c1s, c2s, c1d, c2d):
 def test_speedup_is_one_at_break_even(c1s, c2s, c1d, c2d):
     rps_star = laws.break_even_rps(c1s, c2s, c1d, c2d)
     if np.isfinite(rps_star):
-        assert laws.speedup(rps_star, c1s, c2s, c1d, c2d) == pytest.approx(1.0, rel=1e-7)
+        # rounding in r* is amplified by 1/(1 - r*) near the wall (r* = 0.99997 for
+        # C1R = 4e4, C2R = 0.99999 gave 1 - 4e-7)
+        tol = max(1e-7, 1e-9 / (1.0 - rps_star * c2d))
+        assert laws.speedup(rps_star, c1s, c2s, c1d, c2d) == pytest.approx(1.0, rel=tol)
 
 
 @settings(max_examples=200)
