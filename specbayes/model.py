@@ -923,7 +923,8 @@ def _config_knees(design: Design, theta: np.ndarray, layout, priors: dict):
     logy = np.log(r["latency"])
     open_ = r["closed"] == 0
     key = pd.MultiIndex.from_arrays([r["group"], np.round(alpha, 6)])
-    per_group = {"v": {}, "d": {}}
+    dense_knees: dict[tuple[int, int], list[float]] = {}  # (verifier, GPU) -> log K_v
+    sd_fits: list[tuple[int, float, float]] = []  # (first row, C2, C3) of SD configurations
     for rows in pd.Series(np.arange(len(logy))[open_]).groupby(key[open_]).groups.values():
         idx = np.asarray(pd.Series(np.arange(len(logy))[open_]).loc[rows], dtype=np.int64)
         lam = r["rps"][idx]
@@ -943,26 +944,24 @@ def _config_knees(design: Design, theta: np.ndarray, layout, priors: dict):
         c2g, c3g = np.exp(sol.x[1]), np.exp(sol.x[2])
         i = idx[0]
         if r["k"][i] == 0:
-            per_group["v"].setdefault((r["verifier_idx"][i], r["hardware_idx"][i]), []).append(
-                np.log(c2g / c3g)
-            )
+            key_v = (r["verifier_idx"][i], r["hardware_idx"][i])
+            dense_knees.setdefault(key_v, []).append(np.log(c2g / c3g))
         else:
-            per_group["d"].setdefault((i,), []).append((c2g, c3g, share_d[i]))
+            sd_fits.append((i, c2g, c3g))
     lo_v, hi_v = (
         np.log(priors["knee_verifier"][0]) + 3 * np.array([-1, 1]) * priors["knee_verifier"][1]
     )
-    for (v, h), vals in per_group["v"].items():
+    for (v, h), vals in dense_knees.items():
         kv[v, h] = np.clip(np.median(vals), lo_v, hi_v)
     lo_d, hi_d = (
         np.log(priors["knee_drafter"][0]) + 3 * np.array([-1, 1]) * priors["knee_drafter"][1]
     )
     d_vals: dict[tuple[int, int], list[float]] = {}
-    for (i,), items in per_group["d"].items():
-        for c2g, c3g, sd_ in items:
-            v, h, dr = r["verifier_idx"][i], r["hardware_idx"][i], r["drafter_idx"][i]
-            inv = (c3g - c2g * (1 - sd_) / np.exp(kv[v, h])) / (c2g * sd_)
-            if dr >= 0 and sd_ > 0.05 and inv > 0:
-                d_vals.setdefault((dr, h), []).append(-np.log(inv))
+    for i, c2g, c3g in sd_fits:
+        v, h, dr, sd_ = r["verifier_idx"][i], r["hardware_idx"][i], r["drafter_idx"][i], share_d[i]
+        inv = (c3g - c2g * (1 - sd_) / np.exp(kv[v, h])) / (c2g * sd_)  # 1 / K_d
+        if dr >= 0 and sd_ > 0.05 and inv > 0:
+            d_vals.setdefault((dr, h), []).append(-np.log(inv))
     for (dr, h), vals in d_vals.items():
         kd[dr, h] = np.clip(np.median(vals), lo_d, hi_d)
     _set_row_knees(design, kv, kd)
