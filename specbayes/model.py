@@ -1754,38 +1754,26 @@ class LatencyModel:
         r = d.rows
         vi, hi = r["verifier_idx"], r["hardware_idx"]
         sd = float(pr["knee_effect_sd"])
-        med_v, sd_v = pr["knee_verifier"]
-        level_v = pm.Normal("knee_verifier_level", np.log(med_v), sd_v)
-        e_h = (
-            pm.ZeroSumNormal("knee_hardware_effect", sd, dims="hardware")
-            if len(d.hardware) > 1
-            else pt.zeros(len(d.hardware))
-        )
-        a_v = (
-            pm.ZeroSumNormal("knee_verifier_effect", sd, dims="verifier")
-            if len(d.verifiers) > 1
-            else pt.zeros(len(d.verifiers))
-        )
-        log_kv = pm.Deterministic(
-            "log_knee_verifier",
-            level_v + a_v[:, None] + e_h[None, :],
-            dims=("verifier", "hardware"),
-        )
-        knee_v = pt.exp(log_kv[vi, hi])
+
+        def effect(name: str, dim: str):
+            """Zero-sum effect over a factor's levels (zeros when it has only one)."""
+            n = len(self.coords()[dim])
+            return pm.ZeroSumNormal(name, sd, dims=dim) if n > 1 else pt.zeros(n)
+
+        def knees(pass_name: str, dim: str):
+            med, level_sd = pr[f"knee_{pass_name}"]
+            level = pm.Normal(f"knee_{pass_name}_level", np.log(med), level_sd)
+            return pm.Deterministic(
+                f"log_knee_{pass_name}",
+                level + effect(f"knee_{pass_name}_effect", dim)[:, None] + e_h[None, :],
+                dims=(dim, "hardware"),
+            )
+
+        e_h = effect("knee_hardware_effect", "hardware")
+        knee_v = pt.exp(knees("verifier", "verifier")[vi, hi])
         if not (d.draft_coefs and len(d.dunits)):
             return knee_v, np.inf
-        med_d, sd_d = pr["knee_drafter"]
-        level_d = pm.Normal("knee_drafter_level", np.log(med_d), sd_d)
-        b_d = (
-            pm.ZeroSumNormal("knee_drafter_effect", sd, dims="drafter")
-            if len(d.drafters) > 1
-            else pt.zeros(len(d.drafters))
-        )
-        log_kd = pm.Deterministic(
-            "log_knee_drafter",
-            level_d + b_d[:, None] + e_h[None, :],
-            dims=("drafter", "hardware"),
-        )
+        log_kd = knees("drafter", "drafter")
         di = r["drafter_idx"]
         knee_d = pt.switch(pt.as_tensor(di >= 0), pt.exp(log_kd[np.maximum(di, 0), hi]), np.inf)
         return knee_v, knee_d

@@ -366,6 +366,7 @@ def test_cell_slopes_vary_by_verifier_and_gpu_and_the_mode_finds_them():
         cells=((256, 256), (512, 512), (1024, 256), (256, 1024), (1024, 1024), (512, 128)),
         cell_sd=0.005,
         slope_sd=0.3,
+        knees=(np.inf, np.inf),  # plain-law sweeps: the slopes alone (the model fits knees)
         seed=5,
     )
     lm = LatencyModel(build_design(validate_sweeps(df).data, "sd"))
