@@ -42,21 +42,35 @@ def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98):
     points : pandas.DataFrame
         Columns ``x`` (utilisation :math:`1 - C_1/\mu`, which is :math:`\lambda C_2` without
         batch curvature; :func:`specbayes.report.collapse_points`), ``y`` (:math:`L/C_1`)
-        and optionally ``group`` (colour) and ``excluded`` (bool, drawn hollow).
+        and optionally ``group`` (colour), ``excluded`` (bool, drawn hollow) and ``past_wall``
+        (bool: measured rows the fitted law calls saturated, drawn as crosses at ``x = 1``).
     """
     fig, ax = _axes(ax)
     xs = np.linspace(0, max_x, 200)
     ax.plot(xs, 1.0 / (1.0 - xs), color="black", lw=1.5, label="$y = 1/(1-x)$", zorder=3)
     groups = points["group"] if "group" in points else pd.Series("data", index=points.index)
     excluded = points.get("excluded", pd.Series(False, index=points.index)).astype(bool)
+    past_wall = points.get("past_wall", pd.Series(False, index=points.index)).astype(bool)
     for i, (name, idx) in enumerate(groups.groupby(groups).groups.items()):
         sub = points.loc[idx]
-        kept = ~excluded.loc[idx]
+        kept = ~excluded.loc[idx] & ~past_wall.loc[idx]
         color = f"C{i % 10}"
         ax.scatter(sub.x[kept], sub.y[kept], s=9, alpha=0.6, color=color, label=str(name))
-        if (~kept).any():
-            ax.scatter(sub.x[~kept], sub.y[~kept], s=14, facecolors="none", edgecolors=color)
-    ax.set_xlim(0, 1)
+        hollow = excluded.loc[idx] & ~past_wall.loc[idx]
+        if hollow.any():
+            ax.scatter(sub.x[hollow], sub.y[hollow], s=14, facecolors="none", edgecolors=color)
+    past = points.get("past_wall", pd.Series(False, index=points.index)).astype(bool)
+    if past.any():  # measured rows the fitted law calls saturated: shown, not hidden
+        ax.scatter(
+            np.ones(int(past.sum())),
+            points["y"][past],
+            marker="x",
+            s=22,
+            color="black",
+            label=f"past the fitted law's wall ({int(past.sum())})",
+            zorder=4,
+        )
+    ax.set_xlim(0, 1.02)
     top = np.nanquantile(points["y"], 0.995) if len(points) else 10
     ax.set_ylim(0.8, max(3.0, min(top * 1.1, 60)))
     ax.set_xlabel(r"utilisation $x = 1 - C_1/\mu$ (= $\lambda\,C_2$ without curvature)")

@@ -74,7 +74,8 @@ def collapse_points(fit: Any) -> pd.DataFrame:
     posterior-mean :math:`(C_1, C_2, C_3)`, returns the utilisation
     ``x = 1 - E[C1]/mu_bar`` (:func:`laws.log_headroom`; :math:`\lambda E[C_2]` without
     curvature; 1 past the wall), ``y = L/E[C1]`` and a ``group`` label (verifier,
-    dense/SD): a row the law fits exactly lies on :math:`y = 1/(1-x)`.
+    dense/SD): a row the law fits exactly lies on :math:`y = 1/(1-x)`. ``past_wall`` marks
+    measured rows that the law at the mean costs calls saturated (drawn at ``x = 1``).
     """
     d = fit.data.reset_index(drop=True)
     ds = fit.coefficients(d)
@@ -96,7 +97,8 @@ def collapse_points(fit: Any) -> pd.DataFrame:
         laws.latency(np.nan_to_num(d["rps"].to_numpy(dtype=float)), c1m, c2m, c3m),
     )
     group = d["verifier"] + np.where(d["k"] > 0, " SD", " dense")
-    return pd.DataFrame(dict(x=1.0 - c1m / mu, y=d["latency"] / c1m, group=group))
+    past = ~np.isfinite(mu)  # measured, yet past the wall of the law at the mean costs
+    return pd.DataFrame(dict(x=1.0 - c1m / mu, y=d["latency"] / c1m, group=group, past_wall=past))
 
 
 @dataclass

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbayes import plan, sim
+from specbayes import laws, plan, sim
 from specbayes.fit import fit
 
 VERIFIER, DRAFTER, HW, P, G = "Qwen3-8B", "EAGLE3-Qwen3-8B", "H100-SXM", 512, 512
@@ -61,8 +61,8 @@ def simulated_latency(alpha, k, rps, seed=11):
 
 def test_best_k_matches_brute_force(fitted):
     arm = plan.Arm(VERIFIER, HW, prefill=P, decode=G, drafter=DRAFTER, alpha=0.75, k=2)
-    _, c2d = plan.effective_cost_draws(fitted, plan.Arm(VERIFIER, HW, P, G))
-    rates = np.array([0.1, 0.6]) * float(np.median(1 / c2d))
+    dense = plan.effective_cost_draws(fitted, plan.Arm(VERIFIER, HW, P, G))
+    rates = np.array([0.1, 0.6]) * float(np.median(laws.saturation_rps(*dense)))
     table = plan.optimal_k(fitted, arm, [0.75], rates, ks=KS)
     for _, row in table.iterrows():
         sims = {k: simulated_latency(0.75, k, row.rps) for k in KS}
@@ -75,7 +75,7 @@ def test_best_k_matches_brute_force(fitted):
 
 def test_capacity_meets_slo_in_simulation(fitted):
     arm = plan.Arm(VERIFIER, HW, prefill=P, decode=G, drafter=DRAFTER, alpha=0.75, k=2)
-    c1d, _ = plan.effective_cost_draws(fitted, plan.Arm(VERIFIER, HW, P, G))
+    c1d = plan.effective_cost_draws(fitted, plan.Arm(VERIFIER, HW, P, G))[0]
     slo = 2.0 * float(np.median(c1d))
     cap = plan.capacity(fitted, arm, slo, prob=0.9, ks=[0, 2])
     assert not cap.loc[cap.k == 0, "extrapolated"].item()
