@@ -948,14 +948,13 @@ def _config_knees(design: Design, theta: np.ndarray, layout, priors: dict):
             dense_knees.setdefault(key_v, []).append(np.log(c2g / c3g))
         else:
             sd_fits.append((i, c2g, c3g))
-    lo_v, hi_v = (
-        np.log(priors["knee_verifier"][0]) + 3 * np.array([-1, 1]) * priors["knee_verifier"][1]
-    )
+
+    def clipped_median(vals, pass_name):  # within 3 prior sd of the prior median
+        med, sd = priors[f"knee_{pass_name}"]
+        return np.clip(np.median(vals), np.log(med) - 3 * sd, np.log(med) + 3 * sd)
+
     for (v, h), vals in dense_knees.items():
-        kv[v, h] = np.clip(np.median(vals), lo_v, hi_v)
-    lo_d, hi_d = (
-        np.log(priors["knee_drafter"][0]) + 3 * np.array([-1, 1]) * priors["knee_drafter"][1]
-    )
+        kv[v, h] = clipped_median(vals, "verifier")
     d_vals: dict[tuple[int, int], list[float]] = {}
     for i, c2g, c3g in sd_fits:
         v, h, dr, sd_ = r["verifier_idx"][i], r["hardware_idx"][i], r["drafter_idx"][i], share_d[i]
@@ -963,7 +962,7 @@ def _config_knees(design: Design, theta: np.ndarray, layout, priors: dict):
         if dr >= 0 and sd_ > 0.05 and inv > 0:
             d_vals.setdefault((dr, h), []).append(-np.log(inv))
     for (dr, h), vals in d_vals.items():
-        kd[dr, h] = np.clip(np.median(vals), lo_d, hi_d)
+        kd[dr, h] = clipped_median(vals, "drafter")
     _set_row_knees(design, kv, kd)
     return kv, kd
 
