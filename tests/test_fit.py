@@ -326,7 +326,9 @@ def test_unseen_cells_follow_their_own_verifier_and_gpu_slopes():
     true_c2 = (rows["c2p"] + 1024.0 * rows["c2v"]).to_numpy()
     err = np.log(np.median(c2, axis=0) / true_c2)
     lo, hi = np.quantile(c2, [0.05, 0.95], axis=0)
-    # measured: |error| <= 0.025 in log C2 with the slope effects; with one common slope
-    # (priors={"slope_effect_sd": 0.001}) up to 0.16, and 90 % intervals 5x wider
-    assert np.abs(err).max() < 0.06, err
+    # measured without batch curvature in the data: |error| <= 0.025 in log C2 with the
+    # slope effects, up to 0.16 with one common slope (priors={"slope_effect_sd": 0.001}) and
+    # 90 % intervals 5x wider. With the default knees in the data, C2 and the knee share what
+    # the largest cells show: 0.065 with the slope effects, 0.146 with one common slope
+    assert np.abs(err).max() < 0.09, err
     assert np.mean((lo <= true_c2) & (true_c2 <= hi)) >= 5 / 6, (lo, true_c2, hi)
