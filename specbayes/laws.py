@@ -833,10 +833,17 @@ def routed_tokens(rps: Any, latency_s: Any, k: Any) -> Any:
     return rps * latency_s * (k + 1.0)
 
 
-def _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s, current, xp):
+def _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s, current, xp, softness=0.0):
     phi = expert_coverage(routed_tokens(rps, current, k), m, M)
-    c3 = 0.0 if _zero_constant(c3u) and _zero_constant(c3s) else c3u + phi * c3s
-    return latency(rps, c1u + phi * c1s, c2u + phi * c2s, c3)
+    c1, c2 = c1u + phi * c1s, c2u + phi * c2s
+    if _zero_constant(c3u) and _zero_constant(c3s):
+        return latency(rps, c1, c2)
+    c3 = c3u + phi * c3s
+    if softness <= 0:
+        return latency(rps, c1, c2, c3)
+    with _quiet(xp):  # the curved wall as a smooth plateau (log_headroom's wall_softness)
+        head, feasible = _open_headroom(rps, c1, c2, c3, xp, softness)
+        return xp.where(feasible, c1 / head, np.inf)
 
 
 def moe_latency(
@@ -952,6 +959,29 @@ def moe_latency_unrolled(
     return current
 
 
+def _moe_iterate_scan(args: list, iterations: int, xp: Any, softness: float = 0.0) -> Any:
+    r"""``iterations`` plain steps of the MoE map from :math:`\varphi = 0` in one scan."""
+    import pytensor
+
+    start = _moe_step(*args, xp.zeros_like(args[0]), xp, softness)  # phi = 0
+    tensors = [a for a in args if not isinstance(a, float)]
+
+    def step(current, *inputs):
+        values = iter(inputs)
+        full = [a if isinstance(a, float) else next(values) for a in args]
+        return _moe_step(*full, current, xp, softness)
+
+    path = pytensor.scan(
+        step,
+        outputs_info=[start],
+        non_sequences=tensors,
+        n_steps=iterations,
+        strict=True,
+        return_updates=False,
+    )
+    return path[-1]
+
+
 #: Plain (monotone) fixed-point iterations that start :func:`moe_latency_implicit` in a graph.
 #: Each is a lower bound of the least fixed point; 5 + 3 Newton steps (faster) missed
 #: near-tangent fixed points by 3x and overshot with more Newton steps, so the graph iterates
@@ -963,7 +993,7 @@ SLOPE_CAP = 0.9
 MOE_IMPLICIT_NEWTON = 0
 
 
-def _moe_newton(args, current, xp):
+def _moe_newton(args, current, xp, softness: float = 0.0):
     """One Newton step on ``F(L) - L`` from ``current`` (plain step where ``F' >= 1``).
 
     The slope ``F'`` is a constant of the graph (``disconnected_grad``); ``inf`` stays ``inf``.
@@ -973,7 +1003,7 @@ def _moe_newton(args, current, xp):
 
     finite = current < np.inf  # saturated iterates are +inf
     anchor = xp.where(finite, current, 0.0)  # finite everywhere: no inf/NaN in any gradient
-    step = _moe_step(*args, anchor, xp)
+    step = _moe_step(*args, anchor, xp, softness)
     slope = disconnected_grad(pytensor.grad(step.sum(), anchor))  # elementwise dF/dL
     ok = (step < np.inf) & (slope < 1.0)
     # the slope is capped for the division: at a resolved fixed point s <= 0.65 on the
@@ -996,6 +1026,8 @@ def moe_latency_implicit(
     c3s: Any = 0.0,
     iterations: int = MOE_IMPLICIT_ITERATIONS,
     newton: int = MOE_IMPLICIT_NEWTON,
+    scan: bool | None = None,
+    wall_softness: float = 0.0,
 ) -> Any:
     r"""The least fixed point of :func:`moe_latency`, with its implicit-function gradient.
 
@@ -1061,6 +1093,15 @@ def moe_latency_implicit(
         returned 0.43 s for L* = 1.34 s and 5 + 10 overshot to 1.90 s; plain steps only
         approach from below. Far from converged the final step's overshoot is bounded by the
         slope cap :data:`SLOPE_CAP`.
+    scan : bool, optional
+        Iterate the plain steps in one ``pytensor.scan`` (one compiled step) instead of
+        unrolling them (graphs only; no gradient flows through them either way). Default:
+        scan when the batch curvature is not a zero constant — 30 unrolled curved steps
+        made the compiled graph of the ``moe`` model grow past 24 GB; the plain law stays
+        unrolled (its graph compiles in ~0.3 GB).
+    wall_softness : float, default 0
+        With curvature, every step's curved wall as a smooth plateau (graphs only; see
+        :func:`log_headroom`): the fixed point of the softened map.
 
     Returns
     -------
@@ -1075,11 +1116,19 @@ def moe_latency_implicit(
 
     # one shape for every input, so the elementwise slope is a plain gradient of a sum
     args = xp.broadcast_arrays(*(_as_float(a, xp) for a in (rps, c1u, c1s, c2u, c2s, m, M, k)))
-    if _zero_constant(c3u) and _zero_constant(c3s):
-        args += [0.0, 0.0]  # the plain law: no quadratic in the unrolled graph
+    plain = _zero_constant(c3u) and _zero_constant(c3s)
+    if plain:
+        args += [0.0, 0.0]  # the plain law: no quadratic in the iterated graph
     else:
         args += [xp.broadcast_to(_as_float(c, xp), args[0].shape) for c in (c3u, c3s)]
-    current = moe_latency_unrolled(*args[:8], c3u=args[8], c3s=args[9], iterations=iterations)
+    if scan is None:
+        scan = not plain
+    if scan:
+        current = _moe_iterate_scan(args, iterations, xp, wall_softness)
+    elif wall_softness > 0 and not plain:
+        raise ValueError("wall_softness needs the scan (scan=True)")
+    else:
+        current = moe_latency_unrolled(*args[:8], c3u=args[8], c3s=args[9], iterations=iterations)
     for _ in range(newton):
-        current = _moe_newton(args, current, xp)
-    return _moe_newton(args, disconnected_grad(current), xp)
+        current = _moe_newton(args, current, xp, wall_softness)
+    return _moe_newton(args, disconnected_grad(current), xp, wall_softness)

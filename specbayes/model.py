@@ -36,13 +36,16 @@ are the sd costs, :math:`C_{1s} = w\,c_{1s}`, :math:`C_{2s} = w\,c_{2s}`. Expert
 Batch curvature (the knees)
 ---------------------------
 Per-pass costs grow faster than linearly with the batch once a pass turns compute-bound, so
-each row of the ``dense`` and ``sd`` levels (:data:`CURVED_LEVELS`; ``moe`` keeps the plain
-law for now) also carries :math:`C_3 = C_{2,v}/K_v + C_{2,d}/K_d`
+each row (:data:`CURVED_LEVELS`: every level) also carries
+:math:`C_3 = C_{2,v}/K_v + C_{2,d}/K_d`
 (:func:`laws.effective_curvature`: the verifier part :math:`a_p c_{2p} + w c_{2v}`
 doubles its per-request cost at a batch of :math:`K_v` requests,
 the drafter part :math:`w k c_{2d}` at :math:`K_d`), and the law is
 :math:`L = C_1 + B C_2 + B^2 C_3` with :math:`B = \lambda L` (:func:`laws.latency`; closed
-loop :math:`B = N`). :math:`\log K_{v,h} = \kappa_v + a_v + e_h`,
+loop :math:`B = N`). In the ``moe`` level the expert part of a verifier pass bends at the
+verifier's knee, :math:`C_{3s} = w c_{2s}/K_v`, inside the coverage fixed point (iterated in
+one ``pytensor.scan``, :func:`laws.moe_latency_implicit`).
+:math:`\log K_{v,h} = \kappa_v + a_v + e_h`,
 :math:`\log K_{d,h} = \kappa_d + b_d + e_h` — levels ``knee_verifier_level``,
 ``knee_drafter_level`` with LogNormal priors (medians 2000 and 300 requests, sd 1), zero-sum
 verifier, drafter and GPU effects of fixed scale ``knee_effect_sd`` = 0.5.
@@ -305,10 +308,9 @@ WEAK_LOG_SD = 0.5
 TIED_SHARE = 0.05
 #: Start of the knee levels above the least-squares knees (log units; see ``initial_point``).
 KNEE_START_OFFSET = 1.0
-#: Model levels with the batch curvature. ``moe``: not yet — the curved law inside the graph's
-#: 30 unrolled fixed-point iterations made PyTensor's compiled graph grow past 24 GB of memory
-#: (a plain-law MoE graph compiles in ~0.3 GB); its rows use the plain law (knees ``inf``).
-CURVED_LEVELS = ("dense", "sd")
+#: Model levels with the batch curvature. ``moe``: its fixed point iterates the curved map
+#: in one ``pytensor.scan`` (30 unrolled curved iterations compiled past 24 GB of memory).
+CURVED_LEVELS = ("dense", "sd", "moe")
 #: Most alternations of (knees | units) and (units | knees) in the least-squares reference.
 KNEE_ALTERNATIONS = 2
 #: Softness of the curved law's wall in the graph (:func:`laws.log_headroom`).
@@ -2035,21 +2037,39 @@ class LatencyModel:
             c2_verifier = laws.cycle_cost(c2p_row, passes, cb["c2v"][grp])
             c2_drafter = passes * (gk * c2d_g)[grp]
             c2 = c2_verifier + c2_drafter
-            if d.model_name == "moe":  # the plain law (not in CURVED_LEVELS)
+            curved = d.model_name in CURVED_LEVELS
+            if curved:  # batch curvature from the knees of the row's verifier and drafter
+                knee_v, knee_d = self._knee_rows(pm, pt)
+                c3 = laws.batch_curvature(c2_verifier, c2_drafter, knee_v, knee_d)
+            if d.model_name == "moe":
                 c1s, c2s = passes * cb["c1s"][grp], passes * cb["c2s"][grp]
+                # the expert part of a verifier pass bends at the verifier's knee
+                c3s = c2s / knee_v if curved else 0.0
+                c3u = c3 if curved else 0.0
                 mr = pt.as_tensor(r["m_ratio"])
-                open_mu = laws.moe_latency_implicit(rps, c1, c1s, c2, c2s, mr, 1.0, k)
+                open_mu = laws.moe_latency_implicit(
+                    rps,
+                    c1,
+                    c1s,
+                    c2,
+                    c2s,
+                    mr,
+                    1.0,
+                    k,
+                    c3u=c3u,
+                    c3s=c3s,
+                    wall_softness=WALL_SOFTNESS if curved else 0.0,
+                )
                 phi_o = laws.expert_coverage(laws.routed_tokens(rps, open_mu, k), mr, 1.0)
                 phi_c = laws.expert_coverage(conc * (k + 1.0), mr, 1.0)
-                closed_mu = laws.closed_loop_latency(conc, c1 + phi_c * c1s, c2 + phi_c * c2s)
+                closed_mu = laws.closed_loop_latency(
+                    conc, c1 + phi_c * c1s, c2 + phi_c * c2s, c3u + phi_c * c3s
+                )
                 log_mu = pt.log(pt.switch(closed > 0, closed_mu, open_mu))
                 # headroom C1 / mu (laws.log_headroom), with C1 at the row's coverage
                 c1_row = c1 + pt.switch(closed > 0, phi_c, phi_o) * c1s
                 log_head = pt.minimum(pt.log(c1_row) - log_mu, 0.0)
             else:
-                # batch curvature from the knees of the row's verifier and drafter passes
-                knee_v, knee_d = self._knee_rows(pm, pt)
-                c3 = laws.batch_curvature(c2_verifier, c2_drafter, knee_v, knee_d)
                 # log L = log C1 - log h, open and closed loop alike (laws.log_headroom)
                 log_head = laws.log_headroom(
                     c1, c2, rps, conc, r["closed"] > 0, c3, wall_softness=WALL_SOFTNESS

@@ -101,10 +101,22 @@ def test_graph_dims_coords_and_finite_logp(sd_model):
 
 def test_graph_mean_matches_numpy_forward(sd_model):
     """The PyMC graph and the numpy forward (prediction) compute the same latency."""
+    _assert_graph_matches_numpy(sd_model)
+
+
+def test_moe_graph_mean_matches_numpy_forward_with_curvature():
+    """The moe level too: the curved fixed point iterated in the graph's scan is the numpy
+    forward's converged one (knees on, drafter rows included)."""
+    df, _ = simulate_sweeps(model="moe", seed=2)
+    lm = LatencyModel(build_design(validate_sweeps(df).data, "moe"))
+    _assert_graph_matches_numpy(lm)
+
+
+def _assert_graph_matches_numpy(lm):
     import pytensor
 
-    m = sd_model.model
-    d = sd_model.design
+    m = lm.model
+    d = lm.design
     point = m.initial_point()
     point["z"] = np.linspace(-0.5, 0.5, len(point["z"]))
     rv = m["latency"]
@@ -131,7 +143,7 @@ def test_graph_mean_matches_numpy_forward(sd_model):
     kd = np.exp(theta[3][np.maximum(r["drafter_idx"], 0), r["hardware_idx"]])
     coef["knee_drafter"] = np.where(has_d, kd, np.inf)
     assert np.all(np.isfinite(coef["knee_verifier"])) and has_d.any()  # the curvature is on
-    mu, _ = forward_numpy(coef, r, r["alpha"])
+    mu, _ = forward_numpy(coef, r, r["alpha"], moe=d.model_name == "moe")
     np.testing.assert_allclose(np.exp(mu_graph), mu, rtol=1e-9)
 
 
