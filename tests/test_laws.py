@@ -358,7 +358,7 @@ def test_curved_moe_fixed_point_iterates_in_a_scan_with_the_implicit_gradient():
     m, big_m, k = pt.dvector("m"), pt.dvector("M"), pt.dvector("k")
     out = laws.moe_latency_implicit(*v[:5], m, big_m, k, c3u=v[5], c3s=v[6])
     assert any(
-        type(node.op).__name__ == "Scan" for node in pytensor.graph.basic.io_toposort(v, [out])
+        type(node.op).__name__ == "Scan" for node in pytensor.graph.traversal.io_toposort(v, [out])
     )
     f = pytensor.function([*v, m, big_m, k], [out, *pt.grad(out.sum(), v)])
     curvature = np.array([[2e-5, 1e-5], [1e-5, 2e-5], [1e-6, 1e-6], [0.0, 3e-5], [4e-5, 0.0]])
