@@ -236,7 +236,7 @@ def alpha_from_acceptance_length(length: Any, k: Any) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def latency(rps: Any, c1: Any, c2: Any, c3: Any = 0.0) -> Any:
+def latency(rps: Any, c1: Any, c2: Any, c3: Any = 0.0, *, wall_softness: float = 0.0) -> Any:
     r"""Mean latency of an open-loop (fixed request rate) server.
 
     From :math:`L = C_1 + B C_2` and Little's law :math:`B = \lambda L`:
@@ -267,6 +267,8 @@ def latency(rps: Any, c1: Any, c2: Any, c3: Any = 0.0) -> Any:
         Load-dependent cost :math:`C_2` (s per concurrent request).
     c3 : array_like, default 0
         Batch curvature :math:`C_3` (s per concurrent request squared).
+    wall_softness : float, default 0
+        The curved wall as a smooth plateau (model graphs only; see :func:`log_headroom`).
 
     Returns
     -------
@@ -275,7 +277,7 @@ def latency(rps: Any, c1: Any, c2: Any, c3: Any = 0.0) -> Any:
     """
     xp = _namespace(rps, c1, c2, c3)
     with _quiet(xp):
-        head, feasible = _open_headroom(rps, c1, c2, c3, xp)
+        head, feasible = _open_headroom(rps, c1, c2, c3, xp, wall_softness)
         return xp.where(feasible, c1 / head, np.inf)
 
 
@@ -835,15 +837,8 @@ def routed_tokens(rps: Any, latency_s: Any, k: Any) -> Any:
 
 def _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s, current, xp, softness=0.0):
     phi = expert_coverage(routed_tokens(rps, current, k), m, M)
-    c1, c2 = c1u + phi * c1s, c2u + phi * c2s
-    if _zero_constant(c3u) and _zero_constant(c3s):
-        return latency(rps, c1, c2)
-    c3 = c3u + phi * c3s
-    if softness <= 0:
-        return latency(rps, c1, c2, c3)
-    with _quiet(xp):  # the curved wall as a smooth plateau (log_headroom's wall_softness)
-        head, feasible = _open_headroom(rps, c1, c2, c3, xp, softness)
-        return xp.where(feasible, c1 / head, np.inf)
+    c3 = 0.0 if _zero_constant(c3u) and _zero_constant(c3s) else c3u + phi * c3s
+    return latency(rps, c1u + phi * c1s, c2u + phi * c2s, c3, wall_softness=softness)
 
 
 def moe_latency(

@@ -563,3 +563,23 @@ def test_curved_log_headroom_graph_matches_numpy_and_has_finite_gradients():
     )
     np.testing.assert_allclose(np.exp(np.log(c1) - lh)[[0, 2]], want[[0, 2]], rtol=1e-12)
     assert all(np.isfinite(x).all() for x in g)
+
+
+def test_soft_wall_inside_the_curved_moe_fixed_point():
+    """With ``wall_softness`` the curved MoE map has no cliff: a row past the exact law's
+    finite-latency wall gets a finite latency (above the last exact one), a row far from the
+    wall the exact fixed point."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    rps = pt.dvector("rps")
+    c = (0.3, 0.2, 0.01, 0.02)
+    c3 = (2e-4, 1e-4)
+    soft = laws.moe_latency_implicit(rps, *c, 8, 128, 2, c3u=c3[0], c3s=c3[1], wall_softness=0.01)
+    f = pytensor.function([rps], soft)
+    lam = np.array([1.0, 10.0, 18.3, 18.5, 20.0])  # exact wall between 18.33 and 18.43
+    exact = laws.moe_latency(lam, *c, 8, 128, 2, c3u=c3[0], c3s=c3[1])
+    out = f(lam)
+    assert np.isfinite(exact[:3]).all() and np.isinf(exact[3:]).all()  # the last two: past it
+    np.testing.assert_allclose(out[0], exact[0], rtol=1e-10)
+    assert np.isfinite(out).all() and (np.diff(out) > 0).all()
