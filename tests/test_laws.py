@@ -242,7 +242,9 @@ def test_speedup_is_one_at_break_even(c1s, c2s, c1d, c2d):
         assert laws.speedup(rps_star, c1s, c2s, c1d, c2d) == pytest.approx(1.0, rel=tol)
 
 
-@settings(max_examples=200)
+# no deadline: the iterations to convergence depend on the case (near-tangent fixed points
+# take thousands), and one such case took 286 ms > 200 ms on a loaded box
+@settings(max_examples=200, deadline=None)
 @given(
     st.floats(0.0, 50.0),
     pos,
@@ -508,8 +510,12 @@ def test_curved_break_even_is_where_the_latencies_meet(c1s, c2s, c1d, c2d, c3s, 
             assert rps_star == pytest.approx(sat_sd, rel=1e-6)
     else:  # no sign change of L_sd - L_dense between zero load and the dense wall
         lam = np.linspace(0, laws.saturation_rps(c1d, c2d, c3d) * (1 - 1e-9), 200)
-        diff = laws.latency(lam, c1s, c2s, c3s) - laws.latency(lam, c1d, c2d, c3d)
-        assert np.all(diff >= 0) or np.all(diff <= 0)
+        dense = laws.latency(lam, c1d, c2d, c3d)
+        diff = laws.latency(lam, c1s, c2s, c3s) - dense
+        # a tie at zero load within rounding (c1s = 0.0009999999999999998, c1d = 0.001: diff
+        # -2e-19 at rate 0, then positive) is no sign change
+        tol = 1e-12 * dense
+        assert np.all(diff >= -tol) or np.all(diff <= tol)
 
 
 def test_curved_break_even_meets_the_closed_form_as_curvature_vanishes():
