@@ -39,6 +39,7 @@ __all__ = [
     "expected_tokens",
     "expert_coverage",
     "latency",
+    "latency_sensitivities",
     "log_headroom",
     "marginal_acceptance",
     "moe_latency",
@@ -298,15 +299,63 @@ def _open_headroom(
     rho = 1.0 - 4.0 * rps * rps * c1 * c3 / (safe_free * safe_free)
     if softness > 0:
         feasible = free > 0
-        root = xp.where(
-            rho >= softness,
-            xp.sqrt(xp.maximum(rho, softness)),
-            np.sqrt(softness) * xp.exp((xp.minimum(rho, softness) - softness) / (2 * softness)),
-        )
+        root, _ = _soft_root(rho, softness, xp)
     else:
         feasible = (free > 0) & (rho > 0)
         root = xp.sqrt(xp.where(feasible, rho, 1.0))
     return 0.5 * safe_free * (1.0 + root), feasible
+
+
+def _soft_root(rho: Any, softness: float, xp: ModuleType) -> tuple[Any, Any]:
+    r""":math:`r(\rho) = \sqrt\rho` for :math:`\rho \ge w`, continued below by
+    :math:`\sqrt w\,e^{(\rho - w)/2w}` (value and slope match at :math:`w`), and
+    :math:`r'(\rho)`."""
+    root = xp.where(
+        rho >= softness,
+        xp.sqrt(xp.maximum(rho, softness)),
+        np.sqrt(softness) * xp.exp((xp.minimum(rho, softness) - softness) / (2 * softness)),
+    )
+    slope = xp.where(rho >= softness, 0.5 / root, root / (2 * softness))
+    return root, slope
+
+
+def latency_sensitivities(
+    rps: Any, c1: Any, c2: Any, c3: Any = 0.0, *, wall_softness: float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""Derivatives of :math:`\log L` of :func:`latency` in :math:`C_1, C_2, C_3` (NumPy).
+
+    With :math:`L = C_1/h`, :math:`h = \tfrac12 f\,(1 + r(\rho))`, :math:`f = 1 - \lambda
+    C_2`, :math:`\rho = 1 - 4\lambda^2 C_1 C_3 / f^2` and :math:`r = \sqrt\rho` (or its soft
+    continuation, ``wall_softness``):
+
+    .. math::
+
+        \frac{\partial \log L}{\partial C_1} = \frac1{C_1} + \frac{2\lambda^2 C_3 r'}{f h},
+        \quad
+        \frac{\partial \log L}{\partial C_2} = \frac{\lambda\,(1 + r + 2 r'(1 - \rho))}{2h},
+        \quad
+        \frac{\partial \log L}{\partial C_3} = \frac{2\lambda^2 C_1 r'}{f h}.
+
+    The exact law's derivatives grow without bound at its wall (:math:`r' = 1/2\sqrt\rho`);
+    the soft continuation keeps them finite there and past it — the form least-squares fits
+    of a model graph's objective need. ``nan`` where saturated (:math:`f \le 0`, or past the
+    exact wall without softness).
+    """
+    rps, c1, c2, c3 = (np.asarray(a, dtype=float) for a in (rps, c1, c2, c3))
+    with np.errstate(all="ignore"):
+        free = 1.0 - rps * c2
+        rho = 1.0 - 4.0 * rps * rps * c1 * c3 / (free * free)
+        if wall_softness > 0:
+            root, slope = _soft_root(rho, wall_softness, np)
+        else:
+            root = np.sqrt(rho)
+            slope = 0.5 / root
+        h = 0.5 * free * (1.0 + root)
+        ok = (free > 0) & np.isfinite(slope)
+        d1 = 1.0 / c1 + 2.0 * rps**2 * c3 * slope / (free * h)
+        d2 = 0.5 * rps * (1.0 + root + 2.0 * slope * (1.0 - rho)) / h
+        d3 = 2.0 * rps**2 * c1 * slope / (free * h)
+    return tuple(np.where(ok, d, np.nan) for d in (d1, d2, d3))
 
 
 def _zero_constant(x: Any) -> bool:
@@ -940,17 +989,19 @@ def moe_latency_unrolled(
     c3u: Any = 0.0,
     c3s: Any = 0.0,
     iterations: int = 30,
+    wall_softness: float = 0.0,
 ) -> Any:
     r"""A fixed number of iterations of the map of :func:`moe_latency` (differentiable).
 
     For model graphs (PyTensor inputs) that need a gradient through the fixed point: starts
     at :math:`\varphi = 0` and applies the same update ``iterations`` times. Saturated
     iterates are ``inf``. With NumPy inputs it equals :func:`moe_latency` once converged.
+    ``wall_softness``: each step's curved wall as in :func:`latency`.
     """
     xp = _namespace(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s)
-    current = latency(rps, c1u, c2u, c3u)
+    current = latency(rps, c1u, c2u, c3u, wall_softness=wall_softness)
     for _ in range(iterations):
-        current = _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s, current, xp)
+        current = _moe_step(rps, c1u, c1s, c2u, c2s, m, M, k, c3u, c3s, current, xp, wall_softness)
     return current
 
 

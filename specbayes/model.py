@@ -601,6 +601,7 @@ def forward_numpy(
     *,
     moe: bool = False,
     converged: bool = True,
+    wall_softness: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Mean latency and utilisation of rows, given per-row coefficients (numpy, broadcasting).
 
@@ -619,6 +620,10 @@ def forward_numpy(
     converged : bool
         MoE: the least fixed point (:func:`laws.moe_latency`) if true, else the unrolled
         iteration the graph uses.
+    wall_softness : float
+        The graph's soft curved wall (:data:`WALL_SOFTNESS`) for the least-squares
+        reference, which fits the graph's objective; 0 (exact law, ``inf`` past the wall)
+        for predictions. Not with ``moe`` and ``converged``.
 
     Returns
     -------
@@ -652,6 +657,8 @@ def forward_numpy(
         big_m = 1.0
         m = rows["m_ratio"]
         if converged:
+            if wall_softness:
+                raise ValueError("the converged MoE fixed point uses the exact wall")
             open_mu = laws.moe_latency(rows["rps"], c1, c1s, c2, c2s, m, big_m, k, c3u=c3, c3s=c3s)
         else:
             open_mu = laws.moe_latency_unrolled(
@@ -666,6 +673,7 @@ def forward_numpy(
                 c3u=c3,
                 c3s=c3s,
                 iterations=MOE_ITERATIONS,
+                wall_softness=wall_softness,
             )
         phi_c = laws.expert_coverage(rows["conc"] * (k + 1.0), m, big_m)
         closed_mu = laws.closed_loop_latency(
@@ -676,7 +684,7 @@ def forward_numpy(
         c1_open = c1 + phi_o * c1s
         c1_closed = c1 + phi_c * c1s
     else:
-        open_mu = laws.latency(rows["rps"], c1, c2, c3)
+        open_mu = laws.latency(rows["rps"], c1, c2, c3, wall_softness=wall_softness)
         closed_mu = laws.closed_loop_latency(rows["conc"], c1, c2, c3)
         c1_open = c1_closed = c1
     mu = np.where(closed, closed_mu, open_mu)
@@ -787,6 +795,11 @@ def _sub(rows: dict, sel: np.ndarray) -> dict:
     return {k: v[sel] for k, v in rows.items()}
 
 
+def _ls_softness(design: Design) -> float:
+    """The wall softness of the model graph, which the least-squares reference fits."""
+    return WALL_SOFTNESS if design.model_name in CURVED_LEVELS else 0.0
+
+
 def _residual_jacobian(theta, design, layout, rows_sel, params):
     """Residuals log(L_obs) - log(mu) and their Jacobian in the block's parameters.
 
@@ -796,7 +809,8 @@ def _residual_jacobian(theta, design, layout, rows_sel, params):
     coef, alpha, idx = _row_coefs(theta, design, base_index, draft_index, alpha_index, rows_sel)
     rows = _sub(design.rows, rows_sel)
     moe = design.model_name == "moe"
-    mu, x = forward_numpy(coef, rows, alpha, moe=moe, converged=False)
+    softness = _ls_softness(design)
+    mu, x = forward_numpy(coef, rows, alpha, moe=moe, converged=False, wall_softness=softness)
     bad = ~np.isfinite(mu) | (x >= 1.0 - 1e-9)
     kv, kd = coef["knee_verifier"], coef["knee_drafter"]
     k, g = rows["k"], rows["g"]
@@ -818,16 +832,14 @@ def _residual_jacobian(theta, design, layout, rows_sel, params):
     c2d_part = w * k * coef.get("c2d", zero)
     c2 = c2v_part + c2d_part
     c3 = laws.batch_curvature(c2v_part, c2d_part, kv, kd)
-    lam, conc = rows["rps"], rows["conc"]
+    conc = rows["conc"]
+    # d log mu / d (C1, C2, C3): open loop through the (soft-walled) quadratic root of
+    # laws.latency, closed loop mu = C1 + N C2 + N^2 C3
+    o1, o2, o3 = laws.latency_sensitivities(rows["rps"], c1, c2, c3, wall_softness=softness)
     with np.errstate(all="ignore"):
-        # open loop: log mu = log C1 - log h, h = ((1 - x) + sqrt(D)) / 2 (laws.latency),
-        # D = (1 - x)^2 - 4 lam^2 C1 C3; closed loop: mu = C1 + N C2 + N^2 C3
-        free = 1.0 - lam * c2
-        root = np.sqrt(np.maximum(free**2 - 4.0 * lam**2 * c1 * c3, 1e-300))
-        h = 0.5 * (free + root)
-        d1 = np.where(closed, 1.0 / mu, 1.0 / c1 + lam**2 * c3 / (root * h))  # d log mu / d C1
-        d2 = np.where(closed, conc / mu, 0.5 * lam * (1.0 + free / root) / h)  # ... / d C2
-        d3 = np.where(closed, conc**2 / mu, lam**2 * c1 / (root * h))  # ... / d C3
+        d1 = np.where(closed, 1.0 / mu, o1)
+        d2 = np.where(closed, conc / mu, o2)
+        d3 = np.where(closed, conc**2 / mu, o3)
         d2v = d2 + d3 / kv  # through C2's verifier part, which also sets C3
         d2d = d2 + d3 / kd
     weights = {
@@ -1000,7 +1012,9 @@ def _fit_knees(design: Design, theta: np.ndarray, layout, priors: dict):
         kv_row = np.exp(p[:nv][row_v])
         kd_row = np.exp(p[nv:][np.maximum(row_d, 0)]) if len(d_cells) else np.ones(len(row_d))
         c = dict(base, knee_verifier=kv_row, knee_drafter=np.where(spec, kd_row, np.inf))
-        mu, _ = forward_numpy(c, r, alpha, moe=moe, converged=False)
+        mu, _ = forward_numpy(
+            c, r, alpha, moe=moe, converged=False, wall_softness=_ls_softness(design)
+        )
         with np.errstate(all="ignore"):
             return np.where(np.isfinite(mu), logy - np.log(mu), 1e3)
 

@@ -589,3 +589,37 @@ def test_soft_wall_inside_the_curved_moe_fixed_point():
     assert np.isfinite(exact[:3]).all() and np.isinf(exact[3:]).all()  # the last two: past it
     np.testing.assert_allclose(out[0], exact[0], rtol=1e-10)
     assert np.isfinite(out).all() and (np.diff(out) > 0).all()
+
+
+@pytest.mark.parametrize("softness", [0.0, 0.01])
+def test_latency_sensitivities_match_finite_differences(softness):
+    """d log L / d (C1, C2, C3) of the (soft-walled) curved law, near, at and past the wall."""
+    c1, c2, c3 = 0.8, 0.01, 2e-6
+    wall = float(laws.saturation_rps(c1, c2, c3))
+    rates = wall * np.array([0.1, 0.5, 0.9, 0.99, 0.999])
+    if softness:  # the plateau continues past the exact wall up to lambda C2 = 1
+        rates = np.concatenate([rates, [wall * 1.0001, wall * 1.05, 0.99 / c2]])
+    got = laws.latency_sensitivities(rates, c1, c2, c3, wall_softness=softness)
+    base = np.array([c1, c2, c3])
+    for j in range(3):
+        step = np.zeros(3)
+        step[j] = 1e-7 * base[j]
+        up = laws.latency(rates, *(base + step), wall_softness=softness)
+        down = laws.latency(rates, *(base - step), wall_softness=softness)
+        numeric = (np.log(up) - np.log(down)) / (2 * step[j])
+        np.testing.assert_allclose(got[j], numeric, rtol=2e-5, atol=1e-9 / base[j])
+    assert all(np.isfinite(g).all() for g in got)
+
+
+def test_latency_sensitivities_are_finite_on_the_soft_wall_and_nan_past_the_hard_one():
+    """The exact law's slope has no bound at its wall; the soft continuation stays finite
+    (the least-squares reference of the model fits the soft form)."""
+    c1, c2, c3 = 0.8, 0.01, 2e-6
+    wall = float(laws.saturation_rps(c1, c2, c3))
+    hard = laws.latency_sensitivities(wall * (1 - 1e-12), c1, c2, c3)
+    assert hard[2] > 1e4 * laws.latency_sensitivities(wall * 0.5, c1, c2, c3)[2]
+    assert np.isnan(laws.latency_sensitivities(wall * 1.01, c1, c2, c3)[0])
+    soft = laws.latency_sensitivities(wall * (1 - 1e-12), c1, c2, c3, wall_softness=0.01)
+    elasticities = np.array(soft) * [c1, c2, c3]  # d log L / d log C: 3.9, 26.6, 2.9 here
+    assert np.isfinite(elasticities).all() and np.abs(elasticities).max() < 100
+    assert np.isnan(laws.latency_sensitivities(1.0 / c2, c1, c2, c3, wall_softness=0.01)[0])
