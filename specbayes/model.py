@@ -795,21 +795,22 @@ def _sub(rows: dict, sel: np.ndarray) -> dict:
     return {k: v[sel] for k, v in rows.items()}
 
 
-def _ls_softness(design: Design) -> float:
-    """The wall softness of the model graph, which the least-squares reference fits."""
+def _graph_softness(design: Design) -> float:
+    """The wall softness of the model graph (:data:`WALL_SOFTNESS` on curved levels)."""
     return WALL_SOFTNESS if design.model_name in CURVED_LEVELS else 0.0
 
 
-def _residual_jacobian(theta, design, layout, rows_sel, params):
+def _residual_jacobian(theta, design, layout, rows_sel, params, softness=0.0):
     """Residuals log(L_obs) - log(mu) and their Jacobian in the block's parameters.
 
-    Gauss–Newton form: the MoE coverage phi is held at its current value.
+    Gauss–Newton form: the MoE coverage phi is held at its current value. ``softness``: the
+    curved wall of the law (0: exact, as the least-squares passes fit it; the whitening
+    takes the graph's soft wall, whose slopes stay finite at a point on the exact wall).
     """
     base_index, draft_index, alpha_index = layout
     coef, alpha, idx = _row_coefs(theta, design, base_index, draft_index, alpha_index, rows_sel)
     rows = _sub(design.rows, rows_sel)
     moe = design.model_name == "moe"
-    softness = _ls_softness(design)
     mu, x = forward_numpy(coef, rows, alpha, moe=moe, converged=False, wall_softness=softness)
     bad = ~np.isfinite(mu) | (x >= 1.0 - 1e-9)
     kv, kd = coef["knee_verifier"], coef["knee_drafter"]
@@ -1012,9 +1013,7 @@ def _fit_knees(design: Design, theta: np.ndarray, layout, priors: dict):
         kv_row = np.exp(p[:nv][row_v])
         kd_row = np.exp(p[nv:][np.maximum(row_d, 0)]) if len(d_cells) else np.ones(len(row_d))
         c = dict(base, knee_verifier=kv_row, knee_drafter=np.where(spec, kd_row, np.inf))
-        mu, _ = forward_numpy(
-            c, r, alpha, moe=moe, converged=False, wall_softness=_ls_softness(design)
-        )
+        mu, _ = forward_numpy(c, r, alpha, moe=moe, converged=False)
         with np.errstate(all="ignore"):
             return np.where(np.isfinite(mu), logy - np.log(mu), 1e3)
 
@@ -1301,7 +1300,12 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     share = 1.0 / (1.0 + np.exp(-phi_ref[pb]))
     for b, members in enumerate(blocks):
         rows_sel = np.flatnonzero(row_block == b)
-        _, jm, _, _ = _residual_jacobian(theta, design, layout, rows_sel, members)
+        # the graph's soft wall: a least-squares point on the exact wall (an observed
+        # latency above the most the curved law reaches at its rate) has unbounded exact
+        # slopes — 1e149 on two paper rows, and a Cholesky failure
+        _, jm, _, _ = _residual_jacobian(
+            theta, design, layout, rows_sel, members, _graph_softness(design)
+        )
         jm = jm / row_scale[rows_sel, None]
         pos = {int(gi): i for i, gi in enumerate(members)}
         tmat = np.eye(len(members))
