@@ -621,9 +621,9 @@ def forward_numpy(
         MoE: the least fixed point (:func:`laws.moe_latency`) if true, else the unrolled
         iteration the graph uses.
     wall_softness : float
-        The graph's soft curved wall (:data:`WALL_SOFTNESS`) for the least-squares
-        reference, which fits the graph's objective; 0 (exact law, ``inf`` past the wall)
-        for predictions. Not with ``moe`` and ``converged``.
+        The graph's soft curved wall (:data:`WALL_SOFTNESS`), for the whitening's slopes at
+        the least-squares point; 0 (exact law, ``inf`` past the wall) for the least-squares
+        passes and predictions. Not with ``moe`` and ``converged``.
 
     Returns
     -------
