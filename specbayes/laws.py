@@ -337,9 +337,9 @@ def latency_sensitivities(
         \frac{\partial \log L}{\partial C_3} = \frac{2\lambda^2 C_1 r'}{f h}.
 
     The exact law's derivatives grow without bound at its wall (:math:`r' = 1/2\sqrt\rho`);
-    the soft continuation keeps them finite there and past it — the form least-squares fits
-    of a model graph's objective need. ``nan`` where saturated (:math:`f \le 0`, or past the
-    exact wall without softness).
+    the soft continuation keeps them finite there and past it — the form the model's
+    whitening needs at a least-squares point on the exact wall. ``nan`` where saturated
+    (:math:`f \le 0`, or past the exact wall without softness).
     """
     rps, c1, c2, c3 = (np.asarray(a, dtype=float) for a in (rps, c1, c2, c3))
     with np.errstate(all="ignore"):

@@ -613,7 +613,7 @@ def test_latency_sensitivities_match_finite_differences(softness):
 
 def test_latency_sensitivities_are_finite_on_the_soft_wall_and_nan_past_the_hard_one():
     """The exact law's slope has no bound at its wall; the soft continuation stays finite
-    (the least-squares reference of the model fits the soft form)."""
+    (the model's whitening takes the soft form's slopes)."""
     c1, c2, c3 = 0.8, 0.01, 2e-6
     wall = float(laws.saturation_rps(c1, c2, c3))
     hard = laws.latency_sensitivities(wall * (1 - 1e-12), c1, c2, c3)
