@@ -795,6 +795,24 @@ def _sub(rows: dict, sel: np.ndarray) -> dict:
     return {k: v[sel] for k, v in rows.items()}
 
 
+def _group_factors(design: Design) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Verifier, hardware and drafter index of each coefficient group (drafter ``-1`` where
+    the group has no drafter unit). A group is one (unit, dunit, k), so its rows share them."""
+    r, n = design.rows, len(design.groups["unit"])
+    out = []
+    for name in ("verifier_idx", "hardware_idx", "drafter_idx"):
+        col = np.asarray(r[name], dtype=np.int64)
+        per_group = np.full(n, -1, dtype=np.int64)
+        per_group[r["group"]] = col
+        if name == "drafter_idx":
+            per_group = np.where(design.groups["dunit"] >= 0, per_group, -1)
+            col = np.where(design.groups["dunit"][r["group"]] >= 0, col, -1)
+        if not np.array_equal(per_group[r["group"]], col):
+            raise AssertionError(f"rows of one coefficient group differ in {name}")
+        out.append(per_group)
+    return tuple(out)
+
+
 def _graph_softness(design: Design) -> float:
     """The wall softness of the model graph (:data:`WALL_SOFTNESS` on curved levels)."""
     return WALL_SOFTNESS if design.model_name in CURVED_LEVELS else 0.0
@@ -1760,7 +1778,7 @@ class LatencyModel:
                 cols.append(_trend_value(kind, table["p"], table["g"]) - d.trend_center[kind])
         return np.stack(cols, axis=1) if cols else np.zeros((len(table), 0))
 
-    def _knee_rows(self, pm, pt):
+    def _knee_rows(self, pm, pt, grp):
         r"""Knee batches of every row (inside the model context): log-normal levels plus
         zero-sum verifier, drafter and GPU effects of fixed scale (``knee_effect_sd``),
 
@@ -1768,10 +1786,11 @@ class LatencyModel:
                    \log K_{d,h} = \kappa_d + b_d + e_h,
 
         deterministic ``log_knee_verifier`` (verifier, hardware) and ``log_knee_drafter``
-        (drafter, hardware)."""
+        (drafter, hardware). The knees are taken once per coefficient group (a group has one
+        verifier, GPU and drafter: :func:`_group_factors`) and gathered to the rows by
+        ``grp``, the rows' group index — one 1-D gather per row instead of a 2-D one."""
         d, pr = self.design, self.priors
-        r = d.rows
-        vi, hi = r["verifier_idx"], r["hardware_idx"]
+        vi, hi, di = _group_factors(d)
         sd = float(pr["knee_effect_sd"])
 
         def effect(name: str, dim: str):
@@ -1789,13 +1808,12 @@ class LatencyModel:
             )
 
         e_h = effect("knee_hardware_effect", "hardware")
-        knee_v = pt.exp(knees("verifier", "verifier")[vi, hi])
+        knee_v = pt.exp(knees("verifier", "verifier")[vi, hi])[grp]
         if not (d.draft_coefs and len(d.dunits)):
             return knee_v, np.inf
         log_kd = knees("drafter", "drafter")
-        di = r["drafter_idx"]
         knee_d = pt.switch(pt.as_tensor(di >= 0), pt.exp(log_kd[np.maximum(di, 0), hi]), np.inf)
-        return knee_v, knee_d
+        return knee_v, knee_d[grp]
 
     # -- the graph --------------------------------------------------------------------------
     def build_model(self):
@@ -2057,7 +2075,7 @@ class LatencyModel:
             c2 = c2_verifier + c2_drafter
             curved = d.model_name in CURVED_LEVELS
             if curved:  # batch curvature from the knees of the row's verifier and drafter
-                knee_v, knee_d = self._knee_rows(pm, pt)
+                knee_v, knee_d = self._knee_rows(pm, pt, grp)
                 c3 = laws.batch_curvature(c2_verifier, c2_drafter, knee_v, knee_d)
             if d.model_name == "moe":
                 c1s, c2s = passes * cb["c1s"][grp], passes * cb["c2s"][grp]
