@@ -334,16 +334,17 @@ def test_unseen_cells_follow_their_own_verifier_and_gpu_slopes():
     # C2 alone is not what the data pins once the law is curved (a larger C2 with a later
     # knee fits the measured cells as well: its 90 % intervals held the truth in 4 of 6
     # groups, by ~1 %); the held-out cell's mean latency curve is. Its 90 % band holds the
-    # true (noiseless) mean latency at 34 of 36 rows, loads x = 0.03-0.63 (session 10)
+    # true (noiseless) mean latency at 34 of 36 rows, loads x = 0.03-0.63 (a saved fit of
+    # this test, rescored in session 10)
     test = df[held]
     mu = f.mean_latency(test).values
     lo, hi = np.quantile(mu, [0.05, 0.95], axis=0)
     by_group = rows.set_index(["verifier", "hardware"])
     tr = by_group.loc[list(zip(test["verifier"], test["hardware"], strict=True))]
-    c1_true = (tr["c1p"] + 1024.0 * tr["c1v"]).to_numpy()
-    c2_true = (tr["c2p"] + 1024.0 * tr["c2v"]).to_numpy()
+    c1_rows = (tr["c1p"] + 1024.0 * tr["c1v"]).to_numpy()
+    c2_rows = (tr["c2p"] + 1024.0 * tr["c2v"]).to_numpy()
     knee = truth.attrs["knees"]["verifier"]
-    true_mu = laws.latency(test["rps"].to_numpy(), c1_true, c2_true, c2_true / knee)
+    true_mu = laws.latency(test["rps"].to_numpy(), c1_rows, c2_rows, c2_rows / knee)
     assert np.abs(np.log(np.median(mu, axis=0) / true_mu)).max() < 0.09
     inside = (lo <= true_mu) & (true_mu <= hi)
     assert inside.mean() >= 0.85, (lo, true_mu, hi)
