@@ -163,7 +163,8 @@ def _prepare(sweeps: pd.DataFrame | SweepTable, model: str) -> tuple[pd.DataFram
 def _sample(lm: LatencyModel, cfg: dict, progress: bool):
     import os
 
-    model = lm.model
+    # the compiled rows' likelihood has no JAX form: numpyro samples the graph model
+    model = lm.model if cfg["sampler"] == "numpyro" else lm.sampling_model
     init = lm.initial_point()
     cores = cfg["cores"] or min(cfg["chains"], os.cpu_count() or 1)
     if cfg["sampler"] == "nutpie":

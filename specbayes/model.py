@@ -74,7 +74,11 @@ Likelihood
 :math:`\log L_\mathrm{obs} \sim \mathcal N(\log\mu,\ \sigma_0 (1 - x)^{-\gamma})` (the variable
 is a ``LogNormal`` named ``latency``), with the utilisation :math:`x = 1 - C_1/\mu`
 (:math:`\lambda C_2` open loop and :math:`N C_2/\mu` closed loop without curvature) — the
-noise may grow toward saturation, :math:`\gamma \ge 0`.
+noise may grow toward saturation, :math:`\gamma \ge 0`. The samplers run
+:attr:`LatencyModel.sampling_model`, where on the ``dense`` and ``sd`` levels this density
+is one compiled term, ``latency_loglik`` (:mod:`specbayes.likelihood`: value and gradient in
+one loop over the rows, checked equal to the graph); :attr:`LatencyModel.model` keeps the
+observed ``latency`` for inspection and for the ``numpyro`` sampler.
 
 Hierarchy (centred on the log scale)
 ------------------------------------
@@ -213,6 +217,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -1659,7 +1664,19 @@ class LatencyModel:
         self.param = param or least_squares_reference(design, self.priors)
         self.structure = decide_structure(design, self.param, self.priors)
         design.structure = self.structure
-        self.model = self.build_model()
+
+    @cached_property
+    def model(self):
+        """The ``pm.Model`` with the observed ``latency`` written with :mod:`specbayes.laws`."""
+        return self.build_model()
+
+    @cached_property
+    def sampling_model(self):
+        """The model the samplers run: :attr:`model` with the rows' likelihood as one compiled
+        term on the ``dense`` and ``sd`` levels (:meth:`build_model`, ``kernel=True``)."""
+        if self.design.model_name == "moe":
+            return self.model
+        return self.build_model(kernel=True)
 
     # -- helpers ----------------------------------------------------------------------------
     def reference_levels(self) -> dict[str, float]:
@@ -1778,17 +1795,19 @@ class LatencyModel:
                 cols.append(_trend_value(kind, table["p"], table["g"]) - d.trend_center[kind])
         return np.stack(cols, axis=1) if cols else np.zeros((len(table), 0))
 
-    def _knee_rows(self, pm, pt, grp):
-        r"""Knee batches of every row (inside the model context): log-normal levels plus
-        zero-sum verifier, drafter and GPU effects of fixed scale (``knee_effect_sd``),
+    def _knee_groups(self, pm, pt):
+        r"""Log knee batches of every coefficient group (inside the model context):
+        log-normal levels plus zero-sum verifier, drafter and GPU effects of fixed scale
+        (``knee_effect_sd``),
 
         .. math::  \log K_{v,h} = \kappa_v + a_v + e_h, \qquad
                    \log K_{d,h} = \kappa_d + b_d + e_h,
 
         deterministic ``log_knee_verifier`` (verifier, hardware) and ``log_knee_drafter``
-        (drafter, hardware). The knees are taken once per coefficient group (a group has one
-        verifier, GPU and drafter: :func:`_group_factors`) and gathered to the rows by
-        ``grp``, the rows' group index — one 1-D gather per row instead of a 2-D one."""
+        (drafter, hardware). A group has one verifier, GPU and drafter
+        (:func:`_group_factors`), so the knees are taken once per group; the rows gather
+        them by their group index. Returns ``(log K_v, log K_d, has_drafter)`` per group
+        (``log K_d`` is 0 where the group has no drafter, ``has_drafter`` says where)."""
         d, pr = self.design, self.priors
         vi, hi, di = _group_factors(d)
         sd = float(pr["knee_effect_sd"])
@@ -1808,18 +1827,27 @@ class LatencyModel:
             )
 
         e_h = effect("knee_hardware_effect", "hardware")
-        knee_v = pt.exp(knees("verifier", "verifier")[vi, hi])[grp]
+        log_kv = knees("verifier", "verifier")[vi, hi]
         if not (d.draft_coefs and len(d.dunits)):
-            return knee_v, np.inf
-        log_kd = knees("drafter", "drafter")
-        knee_d = pt.switch(pt.as_tensor(di >= 0), pt.exp(log_kd[np.maximum(di, 0), hi]), np.inf)
-        return knee_v, knee_d[grp]
+            return log_kv, pt.zeros(len(vi)), np.zeros(len(vi), dtype=bool)
+        log_kd = knees("drafter", "drafter")[np.maximum(di, 0), hi]
+        has_d = di >= 0
+        return log_kv, pt.switch(pt.as_tensor(has_d), log_kd, 0.0), has_d
 
     # -- the graph --------------------------------------------------------------------------
-    def build_model(self):
-        """Build the ``pm.Model`` (see the module docstring for the math)."""
+    def build_model(self, kernel: bool = False):
+        """Build the ``pm.Model`` (see the module docstring for the math).
+
+        ``kernel=True`` (the sampling model of the ``dense`` and ``sd`` levels): the rows'
+        likelihood is one :class:`specbayes.likelihood.RowLogLikelihood` term
+        (``latency_loglik``, value and gradient in one compiled pass) instead of the
+        observed ``latency`` built from :mod:`specbayes.laws`; same density, same free
+        variables. The ``moe`` level always uses the graph.
+        """
         import pymc as pm
         import pytensor.tensor as pt
+
+        from specbayes.likelihood import row_loglik
 
         d, s, pr, par = self.design, self.structure, self.priors, self.param
         r = d.rows
@@ -2067,15 +2095,47 @@ class LatencyModel:
             if d.latent_alpha:
                 lat = np.isnan(r["passes"])
                 passes = pt.switch(pt.as_tensor(lat), laws.verifier_passes(g, alpha_row, k), passes)
+            pass_c1 = laws.pass_cost(cb["c1v"], c1d_g, gk)
+            curved = d.model_name in CURVED_LEVELS
+            if curved:  # batch curvature from the knees of the row's verifier and drafter
+                log_kv, log_kd, has_d = self._knee_groups(pm, pt)
+            if kernel and d.model_name != "moe":
+                # the same likelihood as below, value and gradient in one compiled pass
+                inv_kv = pt.exp(-log_kv) if curved else pt.zeros(len(gu))
+                inv_kd = (
+                    pt.switch(pt.as_tensor(has_d), pt.exp(-log_kd), 0.0)
+                    if curved
+                    else pt.zeros(len(gu))
+                )
+                sigma0 = pm.HalfNormal("sigma0", pr["sigma"])
+                gamma = pm.HalfNormal("gamma", pr["noise_growth"])
+                costs = (cb["c1p"], pass_c1, cb["c2p"], cb["c2v"], gk * c2d_g, inv_kv, inv_kd)
+                pm.Potential(
+                    "latency_loglik",
+                    row_loglik(
+                        costs,
+                        passes,
+                        sigma0,
+                        gamma,
+                        grp,
+                        a_p,
+                        rps,
+                        conc,
+                        closed,
+                        np.log(r["latency"]),
+                        softness=WALL_SOFTNESS if curved else 0.0,
+                    ),
+                )
+                return model
             c1p_row = a_p * cb["c1p"][grp]
             c2p_row = a_p * cb["c2p"][grp]
-            c1 = laws.cycle_cost(c1p_row, passes, laws.pass_cost(cb["c1v"], c1d_g, gk)[grp])
+            c1 = laws.cycle_cost(c1p_row, passes, pass_c1[grp])
             c2_verifier = laws.cycle_cost(c2p_row, passes, cb["c2v"][grp])
             c2_drafter = passes * (gk * c2d_g)[grp]
             c2 = c2_verifier + c2_drafter
-            curved = d.model_name in CURVED_LEVELS
-            if curved:  # batch curvature from the knees of the row's verifier and drafter
-                knee_v, knee_d = self._knee_rows(pm, pt, grp)
+            if curved:
+                knee_v = pt.exp(log_kv)[grp]
+                knee_d = pt.switch(pt.as_tensor(has_d), pt.exp(log_kd), np.inf)[grp]
                 c3 = laws.batch_curvature(c2_verifier, c2_drafter, knee_v, knee_d)
             if d.model_name == "moe":
                 c1s, c2s = passes * cb["c1s"][grp], passes * cb["c2s"][grp]
