@@ -165,7 +165,7 @@ def _sample(lm: LatencyModel, cfg: dict, progress: bool):
 
     # the compiled rows' likelihood has no JAX form: numpyro samples the graph model
     model = lm.model if cfg["sampler"] == "numpyro" else lm.sampling_model
-    init = lm.initial_point()
+    init = lm.feasible_start()
     cores = cfg["cores"] or min(cfg["chains"], os.cpu_count() or 1)
     if cfg["sampler"] == "nutpie":
         import nutpie

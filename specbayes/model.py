@@ -823,12 +823,13 @@ def _graph_softness(design: Design) -> float:
     return WALL_SOFTNESS if design.model_name in CURVED_LEVELS else 0.0
 
 
-def _residual_jacobian(theta, design, layout, rows_sel, params, softness=0.0):
+def _residual_jacobian(theta, design, layout, rows_sel, params, softness=0.0, jacobian=True):
     """Residuals log(L_obs) - log(mu) and their Jacobian in the block's parameters.
 
     Gauss–Newton form: the MoE coverage phi is held at its current value. ``softness``: the
     curved wall of the law (0: exact, as the least-squares passes fit it; the whitening
     takes the graph's soft wall, whose slopes stay finite at a point on the exact wall).
+    ``jacobian=False`` skips the Jacobian (returned as ``None``).
     """
     base_index, draft_index, alpha_index = layout
     coef, alpha, idx = _row_coefs(theta, design, base_index, draft_index, alpha_index, rows_sel)
@@ -836,6 +837,9 @@ def _residual_jacobian(theta, design, layout, rows_sel, params, softness=0.0):
     moe = design.model_name == "moe"
     mu, x = forward_numpy(coef, rows, alpha, moe=moe, converged=False, wall_softness=softness)
     bad = ~np.isfinite(mu) | (x >= 1.0 - 1e-9)
+    if not jacobian:
+        with np.errstate(all="ignore"):
+            return np.log(rows["latency"]) - np.log(mu), None, bad, x
     kv, kd = coef["knee_verifier"], coef["knee_drafter"]
     k, g = rows["k"], rows["g"]
     e = laws.expected_tokens(alpha, k)
@@ -876,7 +880,9 @@ def _residual_jacobian(theta, design, layout, rows_sel, params, softness=0.0):
         "c2d": (d2d, w * k),
         "c2s": (d2v, w * phi),
     }
-    pos = {p: i for i, p in enumerate(params)}
+    # flat parameter index -> column of the Jacobian (-1: not one of the block's parameters)
+    columns = np.full(len(theta), -1, dtype=np.int64)
+    columns[np.asarray(params, dtype=np.int64)] = np.arange(len(params))
     jac = np.zeros((len(rows_sel), len(params)))
     ridx = np.arange(len(rows_sel))
     for name in design.coefs:
@@ -884,7 +890,7 @@ def _residual_jacobian(theta, design, layout, rows_sel, params, softness=0.0):
         col = idx[name]
         val = d * a * coef[name]
         has = col >= 0
-        local = np.array([pos.get(c, -1) for c in col[has]], dtype=np.int64)
+        local = columns[col[has]]
         ok = local >= 0
         np.add.at(jac, (ridx[has][ok], local[ok]), val[has][ok])
     if "alpha" in idx:
@@ -900,7 +906,7 @@ def _residual_jacobian(theta, design, layout, rows_sel, params, softness=0.0):
                 + d2d * k * coef.get("c2d", zero)
             )
             val = dlogmu_dw * dw
-            local = np.array([pos.get(c, -1) for c in idx["alpha"][has]], dtype=np.int64)
+            local = columns[idx["alpha"][has]]
             ok = local >= 0
             np.add.at(jac, (ridx[has][ok], local[ok]), val[has][ok])
     with np.errstate(all="ignore"):
@@ -1248,7 +1254,9 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
         def fun(p):
             th = theta.copy()
             th[members] = p
-            res, _, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
+            res, _, bad, _ = _residual_jacobian(
+                th, design, layout, rows_sel, members, jacobian=False
+            )
             res = np.where(bad, 1e3, res / scale)
             return np.concatenate([res, weight * (p - target)])
 
@@ -1260,13 +1268,13 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
             return np.vstack([jm, np.diag(weight)])
 
         start = theta[members]
-        _, _, bad0, _ = _residual_jacobian(theta, design, layout, rows_sel, members)
+        _, _, bad0, _ = _residual_jacobian(theta, design, layout, rows_sel, members, jacobian=False)
         if bad0.any():  # new knees can put the block's last point past the curved wall
             start = feasible_start[members]
         sol = least_squares(fun, start, jac=jac, method="trf", x_scale="jac", max_nfev=200)
         th = theta.copy()
         th[members] = sol.x
-        res, _, bad, x = _residual_jacobian(th, design, layout, rows_sel, members)
+        res, _, bad, x = _residual_jacobian(th, design, layout, rows_sel, members, jacobian=False)
         if bad.any():
             raise RuntimeError(f"least-squares start infeasible in block {b}")
         theta[members] = sol.x
@@ -1748,6 +1756,84 @@ class LatencyModel:
                 np.nanmax(self.param.knee_drafter) + KNEE_START_OFFSET
             )
         return init
+
+    def feasible_start(self) -> dict[str, np.ndarray]:
+        """:meth:`initial_point`, with ``z`` moved to the least-squares point itself when a
+        row is saturated at ``z = 0``.
+
+        ``z = 0`` is the least-squares point shrunk toward the hierarchy's location; a unit
+        whose most loaded row sits close to its wall can cross it there (the paper's dense
+        verifiers: nutpie found no valid jittered start). The least-squares point keeps every
+        row feasible by construction, and ``phi`` is affine in ``z`` slot by slot
+        (:func:`adaptive_centring` rescales a slot's row of ``L``), so
+        a step ``L^{-1} ((phi_ls - phi_0) / b)`` reaches it exactly; only the blocks
+        (verifier, cell) holding a saturated row move there, the others stay where
+        :meth:`initial_point` puts them.
+        A row is saturated where the graph's mean latency is not finite.
+        """
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.linalg import spsolve
+
+        init = self.initial_point()
+        theta0, saturated = self._start_state(init)
+        if not saturated.any():
+            return init
+        par = self.param
+        # only the blocks (verifier, cell) of the saturated rows move: L is block-diagonal
+        row_block = par.block_of[par.base_index[self.design.rows["unit"], 0]]
+        moved = np.isin(par.block_of, row_block[saturated])
+        pairs = (par.pair_a, par.pair_b, par.pair_lwa, par.pair_lwb)
+        phi_ls, phi_0 = to_share(par.ref, *pairs), to_share(theta0, *pairs)
+        b = np.ones(par.n)  # slope of phi_j in (L z)_j
+        slots, which = self.learned_scale_slots()
+        if len(slots):
+            h = par.data_prec[slots]
+            tau = np.asarray(init["tau"], dtype=float)[which]
+            b[slots] = np.sqrt((h + par.prior_prec[slots]) / (h + 1.0 / tau**2))
+        inside = par.white_idx < par.n
+        rows = np.broadcast_to(np.arange(par.n)[:, None], par.white_idx.shape)[inside]
+        lower = csr_matrix(
+            (par.white_val[inside], (rows, par.white_idx[inside])), shape=(par.n, par.n)
+        )
+        z = np.asarray(spsolve(lower, (phi_ls - phi_0) / b))
+        start = dict(init, z=init["z"] + np.where(moved, z, 0.0))
+        if self._start_state(start)[1].any():
+            raise RuntimeError("no feasible start: rows saturated at the least-squares point")
+        return start
+
+    def _start_state(self, point: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The flat log coefficients (logit alphas) at a start ``point`` (values of the free
+        variables; the others at the model's initial point) and the rows saturated there
+        (the graph's mean latency not finite)."""
+        import pytensor
+        import pytensor.tensor as pt
+
+        m, par = self.model, self.param
+        values, default = {}, m.initial_point()
+        for rv in m.free_RVs:
+            value = default[m.rvs_to_values[rv].name]
+            transform = m.rvs_to_transforms.get(rv)
+            if transform is not None:
+                value = transform.backward(pt.as_tensor(value), *rv.owner.inputs).eval()
+            values[rv.name] = np.asarray(point.get(rv.name, value), dtype=float)
+        names = ["log_coef"] + (["log_coef_draft"] if "log_coef_draft" in m.named_vars else [])
+        names += ["alpha"] if "alpha" in m.named_vars else []
+        log_mu = m["latency"].owner.inputs[2]  # LogNormal(rng, size, mu, sigma)
+        fn = pytensor.function(
+            m.free_RVs,
+            [m[n] for n in names] + [log_mu],
+            on_unused_input="ignore",
+            mode="FAST_COMPILE",
+        )
+        *coefs, log_mu = fn(*[values[rv.name] for rv in m.free_RVs])
+        out = dict(zip(names, coefs, strict=True))
+        theta = np.zeros(par.n)
+        theta[par.base_index] = out["log_coef"]
+        if "log_coef_draft" in out:
+            theta[par.draft_index] = out["log_coef_draft"]
+        if "alpha" in out:
+            theta[par.alpha_index] = np.log(out["alpha"] / (1.0 - out["alpha"]))
+        return theta, ~np.isfinite(log_mu)
 
     def learned_scale_slots(self) -> tuple[np.ndarray, np.ndarray]:
         """Sampling slots whose hierarchical scale is learned, and which scale.

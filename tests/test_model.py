@@ -435,3 +435,39 @@ def test_batch_curvature_knees_are_recovered_by_the_reference_and_the_mode():
     err = np.abs(np.log(d.rows["latency"] / curved))[top]
     err_plain = np.abs(np.log(d.rows["latency"] / plain))[top]
     assert np.median(err) < 0.02 < np.median(err_plain)
+
+
+def test_feasible_start_keeps_z0_when_feasible_and_moves_saturated_blocks(sd_data):
+    """z = 0 (the least-squares point shrunk toward the hierarchy) can put a unit's most
+    loaded row past its wall; the start then moves that block to the least-squares point."""
+
+    data, _ = sd_data
+    lm = LatencyModel(build_design(data, "sd"))
+    init = lm.initial_point()
+    assert not lm._start_state(init)[1].any()
+    start = lm.feasible_start()
+    assert np.array_equal(start["z"], init["z"])  # feasible: unchanged
+    # a start whose z pushes one unit's c2v up by 2 in log (as a stronger shrinkage
+    # would): its loaded rows saturate
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.linalg import spsolve
+
+    par, r = lm.param, lm.design.rows
+    unit = r["unit"][np.argmax(r["rps"] * r["g"])]
+    slot = par.base_index[unit, list(lm.design.base_coefs).index("c2v")]
+    inside = par.white_idx < par.n
+    rows = np.broadcast_to(np.arange(par.n)[:, None], par.white_idx.shape)[inside]
+    lower = csr_matrix((par.white_val[inside], (rows, par.white_idx[inside])), (par.n, par.n))
+    shift = np.zeros(par.n)
+    shift[slot] = 2.0
+    pushed = dict(init, z=np.asarray(spsolve(lower, shift)))
+    theta0, saturated = lm._start_state(pushed)
+    assert saturated.any()
+    lm.initial_point = lambda: pushed  # the instance's start is now the pushed one
+    start = lm.feasible_start()
+    theta, saturated = lm._start_state(start)
+    assert not saturated.any()
+    block = par.block_of == par.block_of[slot]
+    np.testing.assert_allclose(theta[block], par.ref[block], atol=1e-8)  # at least squares
+    np.testing.assert_array_equal(start["z"][~block], pushed["z"][~block])  # others stay
+    assert np.abs(theta0[slot] - par.ref[slot]) > 0.5
