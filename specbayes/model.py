@@ -731,6 +731,16 @@ class Parametrisation:
     knee_verifier: np.ndarray  # (verifier, hardware) least-squares log knee (NaN: no rows)
     knee_drafter: np.ndarray  # (drafter, hardware)
 
+    def whitening_matrix(self):
+        """``L`` as a sparse (n, n) matrix: its rows are ``white_val`` at ``white_idx``."""
+        from scipy.sparse import csr_matrix
+
+        inside = self.white_idx < self.n
+        rows = np.broadcast_to(np.arange(self.n)[:, None], self.white_idx.shape)[inside]
+        return csr_matrix(
+            (self.white_val[inside], (rows, self.white_idx[inside])), shape=(self.n, self.n)
+        )
+
 
 def _layout(design: Design) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
     """Flat indices of every parameter, grouped in blocks of one (verifier, cell)."""
@@ -1771,7 +1781,6 @@ class LatencyModel:
         :meth:`initial_point` puts them.
         A row is saturated where the graph's mean latency is not finite.
         """
-        from scipy.sparse import csr_matrix
         from scipy.sparse.linalg import spsolve
 
         init = self.initial_point()
@@ -1790,12 +1799,7 @@ class LatencyModel:
             h = par.data_prec[slots]
             tau = np.asarray(init["tau"], dtype=float)[which]
             b[slots] = np.sqrt((h + par.prior_prec[slots]) / (h + 1.0 / tau**2))
-        inside = par.white_idx < par.n
-        rows = np.broadcast_to(np.arange(par.n)[:, None], par.white_idx.shape)[inside]
-        lower = csr_matrix(
-            (par.white_val[inside], (rows, par.white_idx[inside])), shape=(par.n, par.n)
-        )
-        z = np.asarray(spsolve(lower, (phi_ls - phi_0) / b))
+        z = np.asarray(spsolve(par.whitening_matrix(), (phi_ls - phi_0) / b))
         start = dict(init, z=init["z"] + np.where(moved, z, 0.0))
         if self._start_state(start)[1].any():
             raise RuntimeError("no feasible start: rows saturated at the least-squares point")

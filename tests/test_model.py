@@ -449,18 +449,14 @@ def test_feasible_start_keeps_z0_when_feasible_and_moves_saturated_blocks(sd_dat
     assert np.array_equal(start["z"], init["z"])  # feasible: unchanged
     # a start whose z pushes one unit's c2v up by 2 in log (as a stronger shrinkage
     # would): its loaded rows saturate
-    from scipy.sparse import csr_matrix
     from scipy.sparse.linalg import spsolve
 
     par, r = lm.param, lm.design.rows
     unit = r["unit"][np.argmax(r["rps"] * r["g"])]
     slot = par.base_index[unit, list(lm.design.base_coefs).index("c2v")]
-    inside = par.white_idx < par.n
-    rows = np.broadcast_to(np.arange(par.n)[:, None], par.white_idx.shape)[inside]
-    lower = csr_matrix((par.white_val[inside], (rows, par.white_idx[inside])), (par.n, par.n))
     shift = np.zeros(par.n)
     shift[slot] = 2.0
-    pushed = dict(init, z=np.asarray(spsolve(lower, shift)))
+    pushed = dict(init, z=np.asarray(spsolve(par.whitening_matrix(), shift)))
     theta0, saturated = lm._start_state(pushed)
     assert saturated.any()
     lm.initial_point = lambda: pushed  # the instance's start is now the pushed one
