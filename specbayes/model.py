@@ -2189,6 +2189,8 @@ class LatencyModel:
             curved = d.model_name in CURVED_LEVELS
             if curved:  # batch curvature from the knees of the row's verifier and drafter
                 log_kv, log_kd, has_d = self._knee_groups(pm, pt)
+            sigma0 = pm.HalfNormal("sigma0", pr["sigma"])
+            gamma = pm.HalfNormal("gamma", pr["noise_growth"])
             if kernel and d.model_name != "moe":
                 # the same likelihood as below, value and gradient in one compiled pass
                 inv_kv = pt.exp(-log_kv) if curved else pt.zeros(len(gu))
@@ -2197,8 +2199,6 @@ class LatencyModel:
                     if curved
                     else pt.zeros(len(gu))
                 )
-                sigma0 = pm.HalfNormal("sigma0", pr["sigma"])
-                gamma = pm.HalfNormal("gamma", pr["noise_growth"])
                 costs = (cb["c1p"], pass_c1, cb["c2p"], cb["c2v"], gk * c2d_g, inv_kv, inv_kd)
                 pm.Potential(
                     "latency_loglik",
@@ -2261,8 +2261,6 @@ class LatencyModel:
                     c1, c2, rps, conc, r["closed"] > 0, c3, wall_softness=WALL_SOFTNESS
                 )
                 log_mu = pt.log(c1) - log_head
-            sigma0 = pm.HalfNormal("sigma0", pr["sigma"])
-            gamma = pm.HalfNormal("gamma", pr["noise_growth"])
             sigma_row = sigma0 * pt.exp(-gamma * log_head)
             pm.LogNormal("latency", mu=log_mu, sigma=sigma_row, observed=r["latency"], dims="obs")
         return model
