@@ -7,8 +7,9 @@ Usage::
 
 For each case it measures, in the same process and on the same validated rows,
 
-* ``bayes``: :func:`specbayes.fit.fit` wall time end to end (least-squares start, model
-  build, nutpie compile, sampling, pointwise groups), with its health numbers and
+* ``bayes``: :func:`specbayes.fit.fit` wall time end to end (least-squares start, mode
+  search and whitening at the mode, model build, nutpie compile, sampling, pointwise
+  groups), with its health numbers and
   *ESS per second* (minimum bulk ESS over coefficients and hyper-parameters / wall time);
 * ``curve_fit``: :func:`specbayes.baseline.fit_configurations` — SciPy ``curve_fit`` of
   (C1, C2) per configuration (the paper's method), point estimates only.
@@ -89,6 +90,7 @@ def time_bayes(table, model: str, config: dict) -> dict:
     s.update(
         wall_s=wall,
         build_s=f.config["build_s"],
+        mode_s=(f.config["mode_search"] or {}).get("seconds", 0.0),
         ess_per_s=s["min_ess_bulk"] / wall,
         mean_steps=float(ss["n_steps"].mean()),
     )
@@ -108,6 +110,7 @@ def main() -> None:
     parser.add_argument("--tune", type=int, default=None)
     parser.add_argument("--chains", type=int, default=None)
     parser.add_argument("--target-accept", type=float, default=None)
+    parser.add_argument("--start", choices=("least_squares", "mode"), default=None)
     parser.add_argument("--write", action="store_true", help="append to benchmarks/fit_speed.md")
     args = parser.parse_args()
     from specbayes.data import validate_sweeps
@@ -117,6 +120,7 @@ def main() -> None:
         ("tune", args.tune),
         ("chains", args.chains),
         ("target_accept", args.target_accept),
+        ("start", args.start),
     )
     config = {k: v for k, v in given if v is not None}
     lines = []
@@ -127,7 +131,15 @@ def main() -> None:
         runs = [time_bayes(table, args.model, config) for _ in range(args.repeats)]
         med = {
             k: statistics.median(r[k] for r in runs)
-            for k in ("wall_s", "build_s", "ess_per_s", "min_ess_bulk", "max_r_hat", "mean_steps")
+            for k in (
+                "wall_s",
+                "build_s",
+                "mode_s",
+                "ess_per_s",
+                "min_ess_bulk",
+                "max_r_hat",
+                "mean_steps",
+            )
         }
         cf_med = statistics.median(cf)
         result = {
@@ -145,15 +157,15 @@ def main() -> None:
         print(json.dumps(result, default=str))
         lines.append(
             f"| {case} | {args.model} | {result['rows']} | {args.repeats} | "
-            f"{med['wall_s']:.1f} | {med['build_s']:.1f} | {cf_med:.2f} | "
+            f"{med['wall_s']:.1f} | {med['build_s']:.1f} | {med['mode_s']:.1f} | {cf_med:.2f} | "
             f"{result['ratio_to_curve_fit']:.1f}× | {med['min_ess_bulk']:.0f} | "
             f"{med['ess_per_s']:.1f} | {med['max_r_hat']:.3f} | {result['divergences']} | "
             f"{med['mean_steps']:.1f} | {result['healthy']} | {result['config']} |"
         )
     header = (
-        "| case | model | rows | runs | bayes wall s (median) | of which LS+build s | "
-        "curve_fit s | ratio | min bulk ESS | ESS/s | max R-hat | divergences | "
-        "steps/draw | healthy | sampler_config |\n|" + "---|" * 15
+        "| case | model | rows | runs | bayes wall s (median) | of which LS+mode+build s | "
+        "of which mode s | curve_fit s | ratio | min bulk ESS | ESS/s | max R-hat | "
+        "divergences | steps/draw | healthy | sampler_config |\n|" + "---|" * 16
     )
     stamp = (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, "

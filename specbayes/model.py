@@ -194,6 +194,13 @@ is needed).
   (R-hat 1.13, bulk ESS 29 on one paper verifier; with it 1.00 / 272 at 31 steps per draw).
 * At :math:`z = 0` every chain starts at a point where :math:`\lambda C_2 < 1` for every
   observed row (checked); the samplers' jitter of ±1 in ``z`` is one posterior sd.
+* The reference above is only the first: its :math:`H` uses the rms residual as noise sd
+  and a moment estimate of the noise growth, which on large sweep sets are far from the
+  posterior's (paper dense verifiers: 0.13 vs :math:`\sigma_0 = 0.0076`, growth 0.65 vs
+  2.5). :func:`specbayes.fit.fit` therefore samples a second whitening
+  (:func:`whitening`), built the same way at the posterior mode of this model, with the
+  mode's noise model and knees (:mod:`specbayes.mode`); the structure stays the one decided
+  here.
 
 Pairs whose *sum* is pinned but whose split is not (:data:`SHARE_PAIRS`) — ``dense``:
 :math:`c_{1p} + \bar g c_{1v}` within a cell (only :math:`C_1` is measured) and likewise
@@ -1274,6 +1281,8 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
             th = theta.copy()
             th[members] = p
             _, jm, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
+            # a row on the exact curved wall has unbounded slopes: no step direction from it
+            bad = bad | ~np.isfinite(jm).all(axis=1)
             jm = np.where(bad[:, None], 0.0, -jm / scale[:, None])
             return np.vstack([jm, np.diag(weight)])
 
@@ -1322,6 +1331,41 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
         for b, members in enumerate(blocks):
             solve(b, target[members], sig / prior_sd[members])
     sigma_hat = float(max(np.sqrt(np.mean(residuals**2)), 1e-3))
+    return whitening(design, theta, row_scale, sigma_hat, gamma_hat, knees, priors)
+
+
+def whitening(
+    design: Design,
+    theta: np.ndarray,
+    row_scale: np.ndarray,
+    sigma_hat: float,
+    gamma_hat: float,
+    knees: tuple[np.ndarray, np.ndarray],
+    priors: dict,
+) -> Parametrisation:
+    r"""The Gauss–Newton whitening of every block around a reference point ``theta``.
+
+    Per block (one verifier and cell), with :math:`J` the Jacobian of the rows' log
+    residuals in the block's sampling coordinates, each row divided by its noise scale
+    ``row_scale`` (:math:`(1 - x)^{-\gamma}`) and :math:`\hat\sigma` the noise sd,
+    :math:`H = J^\top J/\hat\sigma^2` (directions it resolves worse than
+    :data:`WEAK_LOG_SD` dropped) and :math:`P` the prior precision: ``L`` is the Cholesky
+    factor of :math:`(H + P)^{-1}` and the centring
+    :math:`\phi = (H+P)^{-1} H \phi_\mathrm{ref} + (H+P)^{-1} P m + L z`.
+    ``knees`` (log knee tables, also written into ``design.rows``) are those of ``theta``.
+    """
+    priors = merge_priors(priors)
+    base_index, draft_index, alpha_index, blocks = _layout(design)
+    layout = (base_index, draft_index, alpha_index)
+    n = len(theta)
+    block_of = np.zeros(n, dtype=np.int64)
+    for b, members in enumerate(blocks):
+        block_of[members] = b
+    row_block = block_of[base_index[design.rows["unit"], 0]]
+    cell_sd = float(priors["cell_sd"])
+    is_alpha = np.zeros(n, dtype=bool)
+    is_alpha[alpha_index] = len(alpha_index) > 0
+    _set_row_knees(design, *knees)
 
     # whitening per block
     bmax = max(len(m) for m in blocks)
@@ -1672,15 +1716,22 @@ class LatencyModel:
         Merged over :data:`DEFAULT_PRIORS`.
     param : Parametrisation, optional
         Least-squares reference and whitening (computed when absent).
+    structure : dict, optional
+        Which effects, scales and slopes are sampled (:func:`decide_structure` from
+        ``param`` when absent; :func:`specbayes.mode.whiten_at` keeps the first decision).
     """
 
     def __init__(
-        self, design: Design, priors: dict | None = None, param: Parametrisation | None = None
+        self,
+        design: Design,
+        priors: dict | None = None,
+        param: Parametrisation | None = None,
+        structure: dict | None = None,
     ):
         self.design = design
         self.priors = merge_priors(priors)
         self.param = param or least_squares_reference(design, self.priors)
-        self.structure = decide_structure(design, self.param, self.priors)
+        self.structure = structure or decide_structure(design, self.param, self.priors)
         design.structure = self.structure
 
     @cached_property
@@ -1781,8 +1832,6 @@ class LatencyModel:
         :meth:`initial_point` puts them.
         A row is saturated where the graph's mean latency is not finite.
         """
-        from scipy.sparse.linalg import spsolve
-
         init = self.initial_point()
         theta0, saturated = self._start_state(init)
         if not saturated.any():
@@ -1791,19 +1840,32 @@ class LatencyModel:
         # only the blocks (verifier, cell) of the saturated rows move: L is block-diagonal
         row_block = par.block_of[par.base_index[self.design.rows["unit"], 0]]
         moved = np.isin(par.block_of, row_block[saturated])
+        step = self.z_step(init, theta0, par.ref)
+        start = dict(init, z=init["z"] + np.where(moved, step, 0.0))
+        if self._start_state(start)[1].any():
+            raise RuntimeError("no feasible start: rows saturated at the least-squares point")
+        return start
+
+    def z_step(self, point: dict, theta_from: np.ndarray, theta_to: np.ndarray) -> np.ndarray:
+        r"""The change of ``z`` that moves the flat coefficients from ``theta_from`` (their
+        value at ``point``) to ``theta_to``, the other free variables held at ``point``.
+
+        ``phi`` is affine in ``z`` slot by slot — :func:`adaptive_centring` rescales a slot's
+        row of ``L`` by :math:`b_j` — so the step is :math:`L^{-1}((\phi_{to} -
+        \phi_{from}) / b)`, exact.
+        """
+        from scipy.sparse.linalg import spsolve
+
+        par = self.param
         pairs = (par.pair_a, par.pair_b, par.pair_lwa, par.pair_lwb)
-        phi_ls, phi_0 = to_share(par.ref, *pairs), to_share(theta0, *pairs)
         b = np.ones(par.n)  # slope of phi_j in (L z)_j
         slots, which = self.learned_scale_slots()
         if len(slots):
             h = par.data_prec[slots]
-            tau = np.asarray(init["tau"], dtype=float)[which]
+            tau = np.asarray(point["tau"], dtype=float)[which]
             b[slots] = np.sqrt((h + par.prior_prec[slots]) / (h + 1.0 / tau**2))
-        z = np.asarray(spsolve(par.whitening_matrix(), (phi_ls - phi_0) / b))
-        start = dict(init, z=init["z"] + np.where(moved, z, 0.0))
-        if self._start_state(start)[1].any():
-            raise RuntimeError("no feasible start: rows saturated at the least-squares point")
-        return start
+        delta = to_share(theta_to, *pairs) - to_share(theta_from, *pairs)
+        return np.asarray(spsolve(par.whitening_matrix(), delta / b))
 
     def _start_state(self, point: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """The flat log coefficients (logit alphas) at a start ``point`` (values of the free

@@ -1,0 +1,105 @@
+"""The posterior mode and the whitening at it (specbayes.mode): no sampling (fast tier)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specbayes.data import validate_sweeps
+from specbayes.mode import mode_start
+from specbayes.model import LatencyModel, build_design, simulate_sweeps
+
+
+@pytest.fixture(scope="module")
+def searched():
+    df, _ = simulate_sweeps(seed=11)
+    lm = LatencyModel(build_design(validate_sweeps(df).data, "sd"))
+    start_ls = lm.feasible_start()
+    return lm, start_ls, *mode_start(lm)
+
+
+def _z_gradient_and_curvature(lm: LatencyModel, point: dict, n_dirs: int = 12):
+    """|d logp / dz| and the curvature -v'Hv of the sampling model along random unit
+    directions v in z, at ``point`` (constrained values of the free variables)."""
+    from pymc.blocking import DictToArrayBijection, RaveledVars
+
+    from specbayes.mode import _value_point
+
+    m = lm.sampling_model
+    x0 = DictToArrayBijection.map(_value_point(m, point))
+    dlogp = m.compile_dlogp(jacobian=True)
+    names = [name for name, _, size, _ in x0.point_map_info for _ in range(size)]
+    z = np.array([name == "z" for name in names])
+
+    def grad(x):
+        return dlogp(DictToArrayBijection.rmap(RaveledVars(x, x0.point_map_info)))
+
+    rng = np.random.default_rng(0)
+    curv = []
+    for _ in range(n_dirs):
+        v = np.zeros(len(names))
+        v[z] = rng.normal(size=z.sum())
+        v /= np.linalg.norm(v)
+        eps = 1e-4
+        curv.append(-v @ (grad(x0.data + eps * v) - grad(x0.data - eps * v)) / (2 * eps))
+    return np.linalg.norm(grad(x0.data)[z]), np.array(curv)
+
+
+def test_mode_search_raises_the_density_and_keeps_the_structure(searched):
+    lm, _, lm2, start, search = searched
+    assert len(search.rounds) == 2
+    first, second = search.rounds
+    assert first["logp"] > first["logp_start"] + 10.0  # the least-squares start is not the mode
+    assert abs(second["logp"] - second["logp_start"]) < 0.05 * abs(
+        first["logp"] - first["logp_start"]
+    )
+    assert lm2.structure is lm.structure
+    assert lm2.design is lm.design
+    assert set(start) == {rv.name for rv in lm2.model.free_RVs}
+
+
+def test_start_is_exactly_at_the_mode_and_feasible(searched):
+    _, _, lm2, start, _ = searched
+    theta, saturated = lm2._start_state(start)
+    assert not saturated.any()
+    np.testing.assert_allclose(theta, lm2.param.ref, atol=1e-8)
+    assert np.isfinite(lm2.sampling_model.compile_logp()(_value(lm2, start)))
+
+
+def _value(lm, point):
+    from specbayes.mode import _value_point
+
+    return _value_point(lm.sampling_model, point)
+
+
+def test_whitened_coordinates_have_unit_curvature_at_the_mode(searched):
+    """At the mode the log density is flat in z and its curvature along z is 1 (the
+    whitening is the Gauss-Newton precision there, noise growth included); the
+    least-squares whitening, built with the rms residual as noise sd, is far from that at
+    its own start."""
+    lm, start_ls, lm2, start, _ = searched
+    g_mode, c_mode = _z_gradient_and_curvature(lm2, start)
+    g_ls, c_ls = _z_gradient_and_curvature(lm, start_ls)
+    assert g_mode < 1e-2 * g_ls
+    np.testing.assert_allclose(c_mode, 1.0, atol=0.05)
+    # at the least-squares start: not flat, and curvature far from 1 (some directions not
+    # even convex there) — sd data of seed 11: median |c - 1| 0.8
+    assert np.median(np.abs(c_ls - 1.0)) > 0.3
+
+
+def test_fit_with_start_mode_records_the_search(searched):
+    from specbayes.fit import fit
+
+    lm = searched[0]
+    cfg = {"start": "mode", "draws": 20, "tune": 20, "chains": 2, "seed": 3}
+    f = fit(lm.design.data, model="sd", sampler_config=cfg, progress=False)
+    rounds = f.config["mode_search"]["rounds"]
+    assert len(rounds) == 2 and rounds[0]["logp"] > rounds[0]["logp_start"]
+
+
+def test_start_setting_defaults_to_least_squares_and_rejects_others():
+    from specbayes.fit import SAMPLER_DEFAULTS, _merge_config
+
+    assert SAMPLER_DEFAULTS["start"] == "least_squares"
+    with pytest.raises(ValueError, match="start must be"):
+        _merge_config({"start": "median"})
