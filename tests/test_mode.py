@@ -103,3 +103,21 @@ def test_start_setting_defaults_to_least_squares_and_rejects_others():
     assert SAMPLER_DEFAULTS["start"] == "least_squares"
     with pytest.raises(ValueError, match="start must be"):
         _merge_config({"start": "median"})
+
+
+def test_lbfgs_backs_off_a_wall_next_to_the_minimum():
+    """The minimum sits 0.01 from a wall where the objective is infinite (a row at
+    lambda C2 >= 1); unit steps from the start overshoot it."""
+    from specbayes.mode import lbfgs
+
+    scale = np.array([100.0, 1.0, 0.01])
+    target = np.array([0.99, -1.0, 3.0])
+
+    def objective(x):
+        if x[0] >= 1.0:
+            return np.inf, np.zeros_like(x)
+        return float(np.sum(scale * (x - target) ** 2)), 2 * scale * (x - target)
+
+    x, f, iterations = lbfgs(objective, np.zeros(3))
+    np.testing.assert_allclose(x, target, atol=1e-4)
+    assert f < 1e-8 and iterations < 1000
