@@ -47,12 +47,10 @@ def _z_gradient_and_curvature(lm: LatencyModel, point: dict, n_dirs: int = 12):
 
 def test_mode_search_raises_the_density_and_keeps_the_structure(searched):
     lm, _, lm2, start, search = searched
-    assert len(search.rounds) == 2
-    first, second = search.rounds
+    assert 2 <= len(search.rounds) <= 4
+    first, last = search.rounds[0], search.rounds[-1]
     assert first["logp"] > first["logp_start"] + 10.0  # the least-squares start is not the mode
-    assert abs(second["logp"] - second["logp_start"]) < 0.05 * abs(
-        first["logp"] - first["logp_start"]
-    )
+    assert abs(last["logp"] - last["logp_start"]) < 0.05 * abs(first["logp"] - first["logp_start"])
     assert lm2.structure is lm.structure
     assert lm2.design is lm.design
     assert set(start) == {rv.name for rv in lm2.model.free_RVs}
@@ -94,7 +92,7 @@ def test_fit_with_start_mode_records_the_search(searched):
     cfg = {"start": "mode", "draws": 20, "tune": 20, "chains": 2, "seed": 3}
     f = fit(lm.design.data, model="sd", sampler_config=cfg, progress=False)
     rounds = f.config["mode_search"]["rounds"]
-    assert len(rounds) == 2 and rounds[0]["logp"] > rounds[0]["logp_start"]
+    assert len(rounds) >= 2 and rounds[0]["logp"] > rounds[0]["logp_start"]
 
 
 def test_start_setting_defaults_to_least_squares_and_rejects_others():
