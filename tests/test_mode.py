@@ -85,14 +85,20 @@ def test_whitened_coordinates_have_unit_curvature_at_the_mode(searched):
     assert np.median(np.abs(c_ls - 1.0)) > 0.3
 
 
-def test_fit_with_start_mode_records_the_search(searched):
-    from specbayes.fit import fit
+def test_cli_fit_with_start_mode_records_the_search(tmp_path, capsys):
+    from specbayes.cli import main
+    from specbayes.fit import load_fit
 
-    lm = searched[0]
-    cfg = {"start": "mode", "draws": 20, "tune": 20, "chains": 2, "seed": 3}
-    f = fit(lm.design.data, model="sd", sampler_config=cfg, progress=False)
-    rounds = f.config["mode_search"]["rounds"]
+    df, _ = simulate_sweeps(seed=7)
+    path = tmp_path / "sweeps.csv"
+    df.to_csv(path, index=False)
+    out = tmp_path / "fit.nc"
+    args = ["fit", str(path), "--out", str(out), "--start", "mode", "--quiet"]
+    assert main([*args, "--draws", "20", "--tune", "20", "--chains", "2"]) == 0
+    assert "min bulk ESS" in capsys.readouterr().out
+    rounds = load_fit(out).config["mode_search"]["rounds"]
     assert len(rounds) >= 2 and rounds[0]["logp"] > rounds[0]["logp_start"]
+    assert load_fit(out).config["sampler_config"]["start"] == "mode"
 
 
 def test_start_setting_defaults_to_least_squares_and_rejects_others():

@@ -29,6 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--cores", type=int, default=None)
     p.add_argument("--sampler", choices=("nutpie", "pymc", "numpyro"), default=None)
+    p.add_argument(
+        "--start",
+        choices=("least_squares", "mode"),
+        default=None,
+        help="where chains start: the least-squares point (default) or the posterior mode, "
+        "whitened again there (large sweep sets)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -78,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     df = read_sweeps(args.data)
     config = {
         key: getattr(args, key)
-        for key in ("chains", "draws", "tune", "seed", "cores", "sampler")
+        for key in ("chains", "draws", "tune", "seed", "cores", "sampler", "start")
         if getattr(args, key) is not None
     }
     result = fit(df, model=args.model, sampler_config=config, progress=not args.quiet)
