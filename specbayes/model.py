@@ -780,6 +780,20 @@ def _layout(design: Design) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np
     return base_index, draft_index, alpha_index, blocks
 
 
+def _blocks(design: Design):
+    """:func:`_layout` as ``(base, draft, alpha)`` indices and blocks, with each flat slot's
+    block, each row's block and the latent-alpha slots."""
+    base_index, draft_index, alpha_index, blocks = _layout(design)
+    n = sum(len(members) for members in blocks)
+    block_of = np.zeros(n, dtype=np.int64)
+    for b, members in enumerate(blocks):
+        block_of[members] = b
+    row_block = block_of[base_index[design.rows["unit"], 0]]
+    is_alpha = np.zeros(n, dtype=bool)
+    is_alpha[alpha_index] = len(alpha_index) > 0
+    return (base_index, draft_index, alpha_index), blocks, block_of, row_block, is_alpha
+
+
 def _row_coefs(
     theta: np.ndarray, design: Design, base_index, draft_index, alpha_index, rows_sel
 ) -> tuple[dict, np.ndarray, dict]:
@@ -1245,18 +1259,11 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     from scipy.optimize import least_squares
 
     priors = merge_priors(priors)
-    base_index, draft_index, alpha_index, blocks = _layout(design)
-    layout = (base_index, draft_index, alpha_index)
+    layout, blocks, _, row_block, is_alpha = _blocks(design)
+    base_index, draft_index, alpha_index = layout
     theta = _start_values(design, layout, blocks)
     feasible_start = theta.copy()
-    n = len(theta)
-    block_of = np.zeros(n, dtype=np.int64)
-    for b, members in enumerate(blocks):
-        block_of[members] = b
-    row_block = block_of[base_index[design.rows["unit"], 0]]
     cell_sd = float(priors["cell_sd"])
-    is_alpha = np.zeros(n, dtype=bool)
-    is_alpha[alpha_index] = len(alpha_index) > 0
     prior_sd = np.where(is_alpha, 1.0, cell_sd)
     residuals = np.zeros(len(design.data))
     utilisation = np.zeros(len(design.data))
@@ -1355,16 +1362,10 @@ def whitening(
     ``knees`` (log knee tables, also written into ``design.rows``) are those of ``theta``.
     """
     priors = merge_priors(priors)
-    base_index, draft_index, alpha_index, blocks = _layout(design)
-    layout = (base_index, draft_index, alpha_index)
+    layout, blocks, block_of, row_block, is_alpha = _blocks(design)
+    base_index, draft_index, alpha_index = layout
     n = len(theta)
-    block_of = np.zeros(n, dtype=np.int64)
-    for b, members in enumerate(blocks):
-        block_of[members] = b
-    row_block = block_of[base_index[design.rows["unit"], 0]]
     cell_sd = float(priors["cell_sd"])
-    is_alpha = np.zeros(n, dtype=bool)
-    is_alpha[alpha_index] = len(alpha_index) > 0
     _set_row_knees(design, *knees)
 
     # whitening per block
