@@ -7,9 +7,9 @@ Usage::
 
 For each case it measures, in the same process and on the same validated rows,
 
-* ``bayes``: :func:`specbayes.fit.fit` wall time end to end (least-squares start, mode
-  search and whitening at the mode, model build, nutpie compile, sampling, pointwise
-  groups), with its health numbers and
+* ``bayes``: :func:`specbayes.fit.fit` wall time end to end (least-squares start — with
+  ``--start mode`` also the mode search and the whitening at the mode —, model build,
+  nutpie compile, sampling, pointwise groups), with its health numbers and
   *ESS per second* (minimum bulk ESS over coefficients and hyper-parameters / wall time);
 * ``curve_fit``: :func:`specbayes.baseline.fit_configurations` — SciPy ``curve_fit`` of
   (C1, C2) per configuration (the paper's method), point estimates only.

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specbayes.data import validate_sweeps
-from specbayes.mode import mode_start
+from specbayes.mode import _value_point, mode_start
 from specbayes.model import LatencyModel, build_design, simulate_sweeps
 
 
@@ -22,8 +22,6 @@ def _z_gradient_and_curvature(lm: LatencyModel, point: dict, n_dirs: int = 12):
     """|d logp / dz| and the curvature -v'Hv of the sampling model along random unit
     directions v in z, at ``point`` (constrained values of the free variables)."""
     from pymc.blocking import DictToArrayBijection, RaveledVars
-
-    from specbayes.mode import _value_point
 
     m = lm.sampling_model
     x0 = DictToArrayBijection.map(_value_point(m, point))
@@ -61,13 +59,8 @@ def test_start_is_exactly_at_the_mode_and_feasible(searched):
     theta, saturated = lm2._start_state(start)
     assert not saturated.any()
     np.testing.assert_allclose(theta, lm2.param.ref, atol=1e-8)
-    assert np.isfinite(lm2.sampling_model.compile_logp()(_value(lm2, start)))
-
-
-def _value(lm, point):
-    from specbayes.mode import _value_point
-
-    return _value_point(lm.sampling_model, point)
+    model = lm2.sampling_model
+    assert np.isfinite(model.compile_logp()(_value_point(model, start)))
 
 
 def test_whitened_coordinates_have_unit_curvature_at_the_mode(searched):
