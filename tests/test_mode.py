@@ -118,3 +118,60 @@ def test_lbfgs_backs_off_a_wall_next_to_the_minimum():
     x, f, iterations = lbfgs(objective, np.zeros(3))
     np.testing.assert_allclose(x, target, atol=1e-4)
     assert f < 1e-8 and iterations < 1000
+
+
+def test_block_hessian_equals_the_dense_hessian(searched):
+    """The coloured differences (one gradient pair per block slot and per hyper-parameter)
+    give the same matrix as differencing every coordinate: whitened units meet other
+    blocks' only through the hyper-parameters."""
+    from specbayes.mode import _objective, block_hessian
+    from specbayes.model import _blocks
+
+    lm, start_ls, *_ = searched
+    objective, x0, slices = _objective(lm.sampling_model, start_ls)
+    blocks = _blocks(lm.design)[1]
+    z = slices["z"][0]
+    assert len(blocks) > 1  # the colouring mixes blocks
+    assert max(len(b) for b in blocks) + len(x0) - (z.stop - z.start) < len(x0)
+    sparse = block_hessian(objective, x0, z, blocks)
+    h = 1e-5
+    dense = np.column_stack(
+        [(objective(x0 + h * e)[1] - objective(x0 - h * e)[1]) / (2 * h) for e in np.eye(len(x0))]
+    )
+    dense = 0.5 * (dense + dense.T)
+    np.testing.assert_allclose(sparse, dense, atol=1e-6 * np.abs(dense).max())
+
+
+def test_newton_round_converges_to_the_lbfgs_mode(searched):
+    """The rounds after the first are Newton's, and they end at the mode a long L-BFGS
+    search finds from the same start."""
+    from specbayes.mode import find_mode
+
+    lm, start_ls, _, _, search = searched
+    assert search.rounds[0]["method"] == "lbfgs"
+    assert search.rounds[-1]["method"] == "newton" and search.rounds[-1]["converged"]
+    # both from the least-squares start in the same coordinates: the same log density
+    _, info = find_mode(lm, start_ls, "lbfgs", max_iter=50000)
+    _, newton_info = find_mode(lm, start_ls, "newton")
+    assert newton_info["converged"]
+    assert abs(newton_info["logp"] - info["logp"]) < 0.05
+
+
+def test_newton_leaves_a_saddle_and_backs_off_a_wall():
+    """f = 1000 ((x^2 - 1)^2 + 10 (y - 0.999)^2) with a wall at y >= 1: from x = 0.05
+    (negative curvature) to the minimum at x = 1, y = 0.999, reporting convergence."""
+    from specbayes.mode import newton
+
+    def objective(p):
+        x, y = p
+        if y >= 1.0:
+            return np.inf, np.zeros(2)
+        f = (x**2 - 1) ** 2 + 10 * (y - 0.999) ** 2
+        return 1e3 * f, 1e3 * np.array([4 * x * (x**2 - 1), 20 * (y - 0.999)])
+
+    def hessian(p):
+        return 1e3 * np.diag([12 * p[0] ** 2 - 4, 20.0])
+
+    p, _, iterations, converged = newton(objective, hessian, np.array([0.05, -3.0]))
+    assert converged and iterations < 50
+    np.testing.assert_allclose(p, [1.0, 0.999], atol=1e-4)
