@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--tune", type=int, default=None)
     parser.add_argument("--chains", type=int, default=None)
     parser.add_argument("--target-accept", type=float, default=None)
-    parser.add_argument("--start", choices=("least_squares", "mode"), default=None)
+    parser.add_argument("--start", choices=("auto", "least_squares", "mode"), default=None)
     parser.add_argument("--write", action="store_true", help="append to benchmarks/fit_speed.md")
     args = parser.parse_args()
     from specbayes.data import validate_sweeps

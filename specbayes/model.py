@@ -197,7 +197,8 @@ is needed).
 * The reference above is only the first: its :math:`H` uses the rms residual as noise sd
   and a moment estimate of the noise growth, which on large sweep sets are far from the
   posterior's (paper dense verifiers: 0.13 vs :math:`\sigma_0 = 0.0076`, growth 0.65 vs
-  2.5). With ``sampler_config={"start": "mode"}`` :func:`specbayes.fit.fit` samples a
+  2.5). With ``sampler_config={"start": "mode"}`` (the default from 10,000 rows on)
+  :func:`specbayes.fit.fit` samples a
   second whitening (:func:`whitening`), built the same way at the posterior mode of this
   model, with the mode's noise model and knees (:mod:`specbayes.mode`); the structure stays
   the one decided here.

@@ -94,12 +94,29 @@ def test_cli_fit_with_start_mode_records_the_search(tmp_path, capsys):
     assert load_fit(out).config["sampler_config"]["start"] == "mode"
 
 
-def test_start_setting_defaults_to_least_squares_and_rejects_others():
-    from specbayes.fit import SAMPLER_DEFAULTS, _merge_config
+def test_start_setting_defaults_to_auto_and_rejects_others():
+    from specbayes.fit import MODE_START_ROWS, SAMPLER_DEFAULTS, _merge_config
 
-    assert SAMPLER_DEFAULTS["start"] == "least_squares"
+    assert SAMPLER_DEFAULTS["start"] == "auto"
+    assert 3_000 < MODE_START_ROWS <= 19_462  # between the sizes measured each way
     with pytest.raises(ValueError, match="start must be"):
         _merge_config({"start": "median"})
+
+
+def test_auto_start_resolves_by_row_count(monkeypatch):
+    """``start="auto"`` takes the least-squares start below MODE_START_ROWS fitted rows and
+    the mode from there on, and records which one it took."""
+    import specbayes.fit as fit_module
+
+    df, _ = simulate_sweeps(seed=7)
+    config = {"draws": 10, "tune": 10, "chains": 1}
+    small = fit_module.fit(df, sampler_config=config, progress=False)
+    assert small.config["sampler_config"]["start"] == "least_squares"
+    assert small.config["mode_search"] is None
+    monkeypatch.setattr(fit_module, "MODE_START_ROWS", 10)
+    large = fit_module.fit(df, sampler_config=config, progress=False)
+    assert large.config["sampler_config"]["start"] == "mode"
+    assert large.config["mode_search"]["rounds"]
 
 
 def test_lbfgs_backs_off_a_wall_next_to_the_minimum():

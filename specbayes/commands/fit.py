@@ -31,10 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", choices=("nutpie", "pymc", "numpyro"), default=None)
     p.add_argument(
         "--start",
-        choices=("least_squares", "mode"),
+        choices=("auto", "least_squares", "mode"),
         default=None,
-        help="where chains start: the least-squares point (default) or the posterior mode, "
-        "whitened again there (large sweep sets)",
+        help="where chains start: the least-squares point or the posterior mode, whitened "
+        "again there; auto (default): the mode from 10,000 fitted rows on",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
