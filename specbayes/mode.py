@@ -401,7 +401,11 @@ def mode_start(
         if r == 0:
             point, info = find_mode(lm, start, "lbfgs", max_iter=LBFGS_WARM_ITERATIONS)
         else:
-            point, info = find_mode(lm, start, "newton")
+            try:
+                point, info = find_mode(lm, start, "newton")
+            except FloatingPointError as exc:  # the mode within a difference step of a wall:
+                search.rounds.append({"method": "newton", "error": str(exc)})
+                break  # keep the whitening at the last round's point
         info.update(sigma0=float(point["sigma0"]), gamma=float(point["gamma"]))
         search.rounds.append(info)
         lm, start = whiten_at(lm, point)

@@ -192,3 +192,22 @@ def test_newton_leaves_a_saddle_and_backs_off_a_wall():
     p, _, iterations, converged = newton(objective, hessian, np.array([0.05, -3.0]))
     assert converged and iterations < 50
     np.testing.assert_allclose(p, [1.0, 0.999], atol=1e-4)
+
+
+def test_mode_start_keeps_the_lbfgs_point_when_newton_meets_a_wall(monkeypatch):
+    """If the Hessian's differences cross a wall, the search stops with the first round's
+    point (whitened there) and records why."""
+    import specbayes.mode as mode
+
+    def wall(*args, **kwargs):
+        raise FloatingPointError("the Hessian's differences cross a wall of the law")
+
+    monkeypatch.setattr(mode, "block_hessian", wall)
+    df, _ = simulate_sweeps(seed=11)
+    lm = LatencyModel(build_design(validate_sweeps(df).data, "sd"))
+    lm2, start, search = mode.mode_start(lm)
+    assert [r["method"] for r in search.rounds] == ["lbfgs", "newton"]
+    assert "wall" in search.rounds[-1]["error"]
+    theta, saturated = lm2._start_state(start)
+    assert not saturated.any()
+    np.testing.assert_allclose(theta, lm2.param.ref, atol=1e-8)
