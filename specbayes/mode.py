@@ -19,12 +19,12 @@ stages. Far from the mode the law's walls (:math:`\lambda C_2 \ge 1` at some row
 and steps must be short: L-BFGS (:func:`lbfgs`, whose line search backs off the walls), for
 :data:`LBFGS_WARM_ITERATIONS`. Then Newton (:func:`newton`) with the Hessian by differences
 of the gradient, cheap because a block's whitened units meet other blocks' only through the
-hyper-parameters (:func:`block_hessian`: ~240 gradients a step where the dense Hessian
-would take 3,150), until half the Newton decrement is below :data:`NEWTON_TOL`. The
+hyper-parameters (:func:`block_hessian`: 120 gradients a step where the dense Hessian
+would take 1,576), until half the Newton decrement is below :data:`NEWTON_TOL`. The
 structure (which effects, scales and slopes are sampled) stays the one the least-squares
 reference decided. On all 58,701 rows of the paper's dense verifiers: 5,000 L-BFGS
-iterations (28 s, log density −202,374 → 39,257), 58 Newton steps (70 s, → 47,405), 100 s
-in all; L-BFGS alone took four rounds and 234 s to reach 47,333 (its first two rounds ended
+iterations (28 s, log density −202,374 → 39,257), 60 Newton steps (→ 47,405), 77 s in
+all; L-BFGS alone took four rounds and 234 s to reach 47,333 (its first two rounds ended
 at a 20,000-iteration cap: L-BFGS in coordinates whitened far from the mode is slow).
 
 The mode is in the unconstrained coordinates with their log-Jacobians (so a learned scale's
@@ -137,8 +137,8 @@ def lbfgs(objective, x: np.ndarray, max_iter: int = LBFGS_ITERATIONS):
     return x, f, it
 
 
-def block_hessian(objective, x: np.ndarray, z: slice, blocks, h: float = 1e-5) -> np.ndarray:
-    r"""Hessian of ``objective`` at ``x`` by central differences of its gradient, with the
+def block_hessian(objective, x: np.ndarray, z: slice, blocks, h: float = 1e-6) -> np.ndarray:
+    r"""Hessian of ``objective`` at ``x`` by forward differences of its gradient, with the
     sparsity of the whitened units.
 
     A unit's whitened coordinates ``z`` (the slots of one block: a verifier and cell) meet
@@ -146,8 +146,9 @@ def block_hessian(objective, x: np.ndarray, z: slice, blocks, h: float = 1e-5) -
     :math:`v = \sum_b e_{z, b_j}` (the j-th slot of every block at once) gives column
     :math:`b_j` of every block's own z-rows; the hyper-parameters' columns (everything
     outside ``z``) are differenced one at a time and give the hyper-by-z rows by symmetry.
-    Cost: :math:`2(\max_b |b| + n_\mathrm{hyper})` gradients instead of :math:`2n` — on the
-    paper's dense verifiers 238 instead of 3,150.
+    Cost: :math:`1 + \max_b |b| + n_\mathrm{hyper}` gradients instead of :math:`1 + n` —
+    on the paper's dense verifiers 120 instead of 1,576. (Central differences, twice the
+    gradients, took the Newton stage there from 49 s to 75 s, to the same mode.)
 
     Parameters
     ----------
@@ -160,13 +161,13 @@ def block_hessian(objective, x: np.ndarray, z: slice, blocks, h: float = 1e-5) -
     """
     n = len(x)
     hess = np.zeros((n, n))
+    grad = objective(x)[1]
 
-    def product(v):  # H v; a smaller step where the wider one crosses a wall
-        for step in (h, h * 1e-2):
-            f_plus, g_plus = objective(x + step * v)
-            f_minus, g_minus = objective(x - step * v)
-            if np.isfinite(f_plus) and np.isfinite(f_minus):
-                return (g_plus - g_minus) / (2 * step)
+    def product(v):  # H v; the other side, or a smaller step, where one crosses a wall
+        for step in (h, -h, 1e-2 * h, -1e-2 * h):
+            f_step, g_step = objective(x + step * v)
+            if np.isfinite(f_step):
+                return (g_step - grad) / step
         raise FloatingPointError("the Hessian's differences cross a wall of the law")
 
     for j in range(max(len(b) for b in blocks)):
@@ -288,7 +289,7 @@ def find_mode(
         finite, e.g. :meth:`LatencyModel.feasible_start`).
     method : {'lbfgs', 'newton'}
         :func:`lbfgs` (cheap steps; robust far from the mode, where the law's walls are
-        near) or :func:`newton` with :func:`block_hessian` (~240 gradients a step on the
+        near) or :func:`newton` with :func:`block_hessian` (120 gradients a step on the
         paper's dense verifiers, and a handful of steps near the mode).
     max_iter : int, optional
         Defaults :data:`LBFGS_ITERATIONS`, :data:`NEWTON_ITERATIONS`.
