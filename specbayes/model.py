@@ -974,21 +974,105 @@ def _knee_prior_rows(design: Design, priors: dict) -> tuple[np.ndarray, np.ndarr
     return kv, kd
 
 
+def _law_fits(lam: np.ndarray, logy: np.ndarray, mask: np.ndarray, start: np.ndarray):
+    r"""Batched least squares of the curved law, one :math:`(C_1, C_2, C_3)` per row of ``lam``.
+
+    Row :math:`n` of the padded ``(configurations, rows)`` arrays is one configuration
+    (``mask``: its real rows); for each, Levenberg–Marquardt minimises over
+    :math:`p = \log(C_1, C_2, C_3)`
+
+    .. math::
+
+        S(p) = \tfrac12 \sum_j m_j r_j^2, \qquad
+        r_j = \log y_j - \log L(\lambda_j; e^{p_1}, e^{p_2}, e^{p_3})
+
+    (:func:`laws.latency`; :math:`r_j = 10` where the law is infinite, past its wall), with
+    the analytic Jacobian :math:`J_{ji} = -e^{p_i}\,\partial\log L_j/\partial C_i`
+    (:func:`laws.latency_sensitivities`; 0 past the wall). Each iteration solves, for all
+    unfinished configurations at once,
+
+    .. math::  \big(J^\top J + \mu I\big)\,\delta = -J^\top r
+
+    (:math:`\mu_0 = 10^{-3} \max_i (J^\top J)_{ii}` at the start) and takes
+    :math:`p + \delta` where it lowers :math:`S` (then :math:`\mu \leftarrow \mu/3`), else
+    keeps :math:`p` (:math:`\mu \leftarrow 2\mu`). A configuration stops when a step lowers
+    :math:`S` by less than :math:`10^{-10} S`, when its step is below
+    :math:`10^{-10}(1 + \lVert p\rVert)`, or after 100 trial points. The damping is
+    isotropic (a spherical trust region in :math:`p`, as SciPy's ``trf`` with unit scale):
+    Marquardt's :math:`\mu\,\mathrm{diag}(J^\top J)` barely damps the weakly seen
+    :math:`\log C_3`, whose long first steps park a fit on the wall far from its optimum.
+    Where the optimum lies on the wall itself (the most loaded row at
+    :math:`\rho = 0`, slopes unbounded) the iterations creep along it and stop short of it.
+
+    Returns
+    -------
+    p : ndarray, shape (configurations, 3)
+        The log costs.
+    res : ndarray, shape (configurations, rows)
+        The residuals :math:`r_j` there (0 outside ``mask``).
+    """
+
+    def evaluate(sel, p):
+        c = [np.exp(p[:, i, None]) for i in range(3)]
+        with np.errstate(all="ignore"):
+            mu = laws.latency(lam[sel], *c)
+            ok = mask[sel] & np.isfinite(mu)
+            res = np.where(ok, logy[sel] - np.log(np.where(ok, mu, 1.0)), 10.0)
+            sens = laws.latency_sensitivities(lam[sel], *c)
+            jac = np.stack([-ci * si for ci, si in zip(c, sens, strict=True)], axis=-1)
+        ok = ok[..., None] & np.isfinite(jac)
+        return np.where(mask[sel], res, 0.0), np.where(ok, jac, 0.0)
+
+    p = np.array(start, dtype=float)
+    every = np.arange(len(p))
+    res, jac = evaluate(every, p)
+    cost = 0.5 * np.sum(res**2, axis=1)
+    # mu in units of the steepest direction's curvature at the start
+    damping = 1e-3 * np.max(np.einsum("nmi,nmi->ni", jac, jac), axis=1)
+    active = np.ones(len(p), dtype=bool)
+    for _ in range(100):
+        a = np.flatnonzero(active)
+        if not a.size:
+            break
+        ja = jac[a]
+        jtj = np.einsum("nmi,nmj->nij", ja, ja)
+        grad = np.einsum("nmi,nm->ni", ja, res[a])
+        lhs = jtj + damping[a, None, None] * np.eye(3)
+        flat = ~(damping[a] > 0) | ~np.isfinite(lhs).all(axis=(1, 2))  # no slope: no step
+        lhs[flat], grad[flat] = np.eye(3), 0.0
+        try:
+            step = -np.linalg.solve(lhs, grad[..., None])[..., 0]
+        except np.linalg.LinAlgError:  # a singular batch member: the pseudo-inverse
+            step = -(np.linalg.pinv(lhs) @ grad[..., None])[..., 0]
+        trial = p[a] + step
+        res_t, jac_t = evaluate(a, trial)
+        cost_t = 0.5 * np.sum(res_t**2, axis=1)
+        better = cost_t < cost[a]  # False for a NaN cost
+        done = better & (cost[a] - cost_t <= 1e-10 * cost[a])
+        done |= np.linalg.norm(step, axis=1) <= 1e-10 * (1.0 + np.linalg.norm(p[a], axis=1))
+        take = a[better]
+        p[take], cost[take] = trial[better], cost_t[better]
+        res[take], jac[take] = res_t[better], jac_t[better]
+        damping[a] = np.where(better, damping[a] / 3.0, damping[a] * 2.0)
+        active[a[done]] = False
+    return p, res
+
+
 def _config_knees(design: Design, theta: np.ndarray, layout, priors: dict):
     r"""Log knees from per-configuration fits of the curved law (the reference's start).
 
     Each open-loop configuration (rows of one coefficient group and alpha) with at least
     four rates gets its own :math:`(C_1, C_2, C_3)` by least squares on log latency
-    (:func:`laws.latency`); with the split of its :math:`C_2` into verifier and drafter parts
-    from the current units, :math:`C_3 = C_{2,v}/K_v + C_{2,d}/K_d` gives :math:`K_v` from
-    dense configurations and then :math:`K_d` from SD ones. Per (verifier, GPU) and
-    (drafter, GPU) the median, clipped to 3 prior sd around the prior median; the prior
-    median where no configuration informs it. Units and knees trade off along a ridge that
-    alternating fits climb slowly (0.04 log units per alternation on simulated sweeps), so
-    the knees start here.
+    (:func:`laws.latency`; all configurations in one batch, :func:`_law_fits`, from
+    :math:`C_1 = \min y`, :math:`C_2 = 0.5/\max\lambda`, :math:`C_3 = 10^{-4} C_2`; a fit
+    with a row past the wall is dropped); with the split of its :math:`C_2` into verifier
+    and drafter parts from the current units, :math:`C_3 = C_{2,v}/K_v + C_{2,d}/K_d` gives
+    :math:`K_v` from dense configurations and then :math:`K_d` from SD ones. Per (verifier,
+    GPU) and (drafter, GPU) the median, clipped to 3 prior sd around the prior median; the
+    prior median where no configuration informs it. Units and knees trade off along a ridge
+    that alternating fits climb slowly (0.04 log units per alternation on simulated sweeps),
+    so the knees start here.
     """
-    from scipy.optimize import least_squares
-
     r = design.rows
     kv, kd = _knee_tables(design, priors)
     coef, alpha, _ = _row_coefs(theta, design, *layout, np.arange(len(design.data)))
@@ -999,26 +1083,40 @@ def _config_knees(design: Design, theta: np.ndarray, layout, priors: dict):
     logy = np.log(r["latency"])
     open_ = r["closed"] == 0
     key = pd.MultiIndex.from_arrays([r["group"], np.round(alpha, 6)])
+    # configuration of each open-loop row (-1: a key pandas drops), its rows in table order
+    rows = np.flatnonzero(open_)
+    config = pd.Series(rows).groupby(key[open_]).ngroup().to_numpy(dtype=np.int64)
+    rows, config = rows[config >= 0], config[config >= 0]
+    n_config = int(config.max()) + 1 if len(config) else 0
+    lam_key = np.round(r["rps"][rows], 9)
+    order = np.lexsort((lam_key, config))
+    cs, ls = config[order], lam_key[order]
+    first = np.ones(len(cs), dtype=bool)
+    first[1:] = (cs[1:] != cs[:-1]) | (ls[1:] != ls[:-1])
+    fitted = np.bincount(cs[first], minlength=n_config) >= 4  # distinct rates
+    keep, renumber = fitted[config], np.cumsum(fitted) - 1  # fitted ones as 0, 1, ...
+    rows, config = rows[keep], renumber[config[keep]]
+    # padded (configuration, slot) arrays, a configuration's rows in table order
+    order = np.argsort(config, kind="stable")
+    rows, config = rows[order], config[order]
+    counts = np.bincount(config, minlength=int(fitted.sum()))
+    slot = np.arange(len(rows)) - (np.cumsum(counts) - counts)[config]
+    shape = (len(counts), int(counts.max(initial=0)))
+    mask = np.zeros(shape, dtype=bool)
+    mask[config, slot] = True
+    lam, y, row_of = np.zeros(shape), np.zeros(shape), np.zeros(shape, dtype=np.int64)
+    lam[config, slot], y[config, slot], row_of[config, slot] = r["rps"][rows], logy[rows], rows
+    c2_0 = 0.5 / np.where(mask, lam, -np.inf).max(axis=1, initial=-np.inf)
+    start = np.stack(
+        [np.where(mask, y, np.inf).min(axis=1, initial=np.inf), np.log(c2_0), np.log(c2_0 / 1e4)]
+    )
+    p, res = _law_fits(lam, y, mask, start.T)
+    good = np.isfinite(p).all(axis=1) & ~(res >= 10.0).any(axis=1)
     dense_knees: dict[tuple[int, int], list[float]] = {}  # (verifier, GPU) -> log K_v
     sd_fits: list[tuple[int, float, float]] = []  # (first row, C2, C3) of SD configurations
-    for rows in pd.Series(np.arange(len(logy))[open_]).groupby(key[open_]).groups.values():
-        idx = np.asarray(pd.Series(np.arange(len(logy))[open_]).loc[rows], dtype=np.int64)
-        lam = r["rps"][idx]
-        if len(np.unique(np.round(lam, 9))) < 4:
-            continue
-
-        def res(p, lam=lam, y=logy[idx]):
-            mu = laws.latency(lam, *np.exp(p))
-            with np.errstate(all="ignore"):
-                return np.where(np.isfinite(mu), y - np.log(mu), 10.0)
-
-        c2_0 = 0.5 / lam.max()
-        start = [logy[idx].min(), np.log(c2_0), np.log(c2_0 / 1e4)]
-        sol = least_squares(res, start, method="trf", max_nfev=100)
-        if not sol.success or np.any(sol.fun >= 10.0):
-            continue
-        c2g, c3g = np.exp(sol.x[1]), np.exp(sol.x[2])
-        i = idx[0]
+    for n in np.flatnonzero(good):
+        c2g, c3g = np.exp(p[n, 1]), np.exp(p[n, 2])
+        i = row_of[n, 0]
         if r["k"][i] == 0:
             key_v = (r["verifier_idx"][i], r["hardware_idx"][i])
             dense_knees.setdefault(key_v, []).append(np.log(c2g / c3g))

@@ -254,8 +254,10 @@ def test_cross_cell_share_recovers_the_prefill_part_of_a_pair_total_and_decides_
 
 def test_scales_are_learned_only_for_coefficients_most_units_pin_within_cell_sd():
     cells = ((256, 256), (512, 512), (1024, 256), (256, 1024), (768, 768))
-    # noisy plain-law sweeps (sigma 0.2, no curvature): c2p is resolved (data sd < 0.5) in
-    # 3 of 5 cells but pinned to better than cell_sd in only 2 — too few to learn its scale
+    # noisy plain-law sweeps (sigma 0.2, no curvature): c2p is pinned to better than cell_sd
+    # in at most 2 of 5 cells — too few to learn its scale (how many it pins, and in how many
+    # it counts as resolved, data sd < 0.5, moves with the start's knees, which data without
+    # curvature leave anywhere along a flat direction)
     df, _ = simulate_sweeps(seed=4, cells=cells, sigma=0.2, knees=(np.inf, np.inf))
     design = build_design(validate_sweeps(df).data, "sd")
     par = least_squares_reference(design, merge_priors(None))
@@ -271,12 +273,14 @@ def test_scales_are_learned_only_for_coefficients_most_units_pin_within_cell_sd(
         pinned = (par.marginal_prec[index] > 1.0 / cell_sd**2) & ~par.weak[index]
         assert (c in learned) == (pinned.mean() > 0.5), (c, pinned.mean())
     c2p = par.base_index[:, design.base_coefs.index("c2p")]
-    assert par.weak[c2p].mean() < 0.5 and "c2p" not in learned
+    pinned_c2p = (par.marginal_prec[c2p] > 1.0 / cell_sd**2) & ~par.weak[c2p]
+    assert pinned_c2p.sum() <= 2 and "c2p" not in learned
     # prefill is ~1 % of C1 here: no unit pins c1p, so its scale stays at cell_sd
     assert "c1p" not in learned
-    # the well-pinned per-pass costs are learned (which drafter cost is pinned in most
-    # units depends on the data: with the model's knee prior c2d is, c1d not)
-    assert {"c1v", "c2v"} <= set(learned) and set(learned) & {"c1d", "c2d"}
+    # the well-pinned verifier per-pass costs are learned; whether a drafter cost is pinned
+    # in most units depends on the start's drafter knee, which this data without curvature
+    # does not place (the rule itself is checked for every coefficient above)
+    assert {"c1v", "c2v"} <= set(learned)
     slots, _ = lm.learned_scale_slots()
     assert np.all(par.marginal_prec >= 0.0)
     assert np.all(par.marginal_prec <= par.data_prec + 1e-6 * (1.0 + par.data_prec))
