@@ -75,10 +75,11 @@ Likelihood
 is a ``LogNormal`` named ``latency``), with the utilisation :math:`x = 1 - C_1/\mu`
 (:math:`\lambda C_2` open loop and :math:`N C_2/\mu` closed loop without curvature) — the
 noise may grow toward saturation, :math:`\gamma \ge 0`. The samplers run
-:attr:`LatencyModel.sampling_model`, where on the ``dense`` and ``sd`` levels this density
-is one compiled term, ``latency_loglik`` (:mod:`specbayes.likelihood`: value and gradient in
-one loop over the rows, checked equal to the graph); :attr:`LatencyModel.model` keeps the
-observed ``latency`` for inspection and for the ``numpyro`` sampler.
+:attr:`LatencyModel.sampling_model`, where this density is one compiled term,
+``latency_loglik`` (:mod:`specbayes.likelihood`: value and gradient in one loop over the
+rows — for ``moe`` with the coverage fixed point iterated to convergence — checked equal to
+the graph); :attr:`LatencyModel.model` keeps the observed ``latency`` for inspection and for
+the ``numpyro`` sampler.
 
 Hierarchy (centred on the log scale)
 ------------------------------------
@@ -1842,9 +1843,7 @@ class LatencyModel:
     @cached_property
     def sampling_model(self):
         """The model the samplers run: :attr:`model` with the rows' likelihood as one compiled
-        term on the ``dense`` and ``sd`` levels (:meth:`build_model`, ``kernel=True``)."""
-        if self.design.model_name == "moe":
-            return self.model
+        term (:meth:`build_model`, ``kernel=True``)."""
         return self.build_model(kernel=True)
 
     # -- helpers ----------------------------------------------------------------------------
@@ -2090,16 +2089,17 @@ class LatencyModel:
     def build_model(self, kernel: bool = False):
         """Build the ``pm.Model`` (see the module docstring for the math).
 
-        ``kernel=True`` (the sampling model of the ``dense`` and ``sd`` levels): the rows'
-        likelihood is one :class:`specbayes.likelihood.RowLogLikelihood` term
-        (``latency_loglik``, value and gradient in one compiled pass) instead of the
-        observed ``latency`` built from :mod:`specbayes.laws`; same density, same free
-        variables. The ``moe`` level always uses the graph.
+        ``kernel=True`` (the sampling model): the rows' likelihood is one
+        :class:`specbayes.likelihood.RowLogLikelihood` term (``moe``:
+        :class:`specbayes.likelihood.MoeRowLogLikelihood`, the coverage fixed point iterated to
+        convergence) named ``latency_loglik`` (value and gradient in one compiled pass)
+        instead of the observed ``latency`` built from :mod:`specbayes.laws`; same density,
+        same free variables.
         """
         import pymc as pm
         import pytensor.tensor as pt
 
-        from specbayes.likelihood import row_loglik
+        from specbayes.likelihood import moe_row_loglik, row_loglik
 
         d, s, pr, par = self.design, self.structure, self.priors, self.param
         r = d.rows
@@ -2353,7 +2353,7 @@ class LatencyModel:
                 log_kv, log_kd, has_d = self._knee_groups(pm, pt)
             sigma0 = pm.HalfNormal("sigma0", pr["sigma"])
             gamma = pm.HalfNormal("gamma", pr["noise_growth"])
-            if kernel and d.model_name != "moe":
+            if kernel:
                 # the same likelihood as below, value and gradient in one compiled pass
                 inv_kv = pt.exp(-log_kv) if curved else pt.zeros(len(gu))
                 inv_kd = (
@@ -2362,9 +2362,25 @@ class LatencyModel:
                     else pt.zeros(len(gu))
                 )
                 costs = (cb["c1p"], pass_c1, cb["c2p"], cb["c2v"], gk * c2d_g, inv_kv, inv_kd)
-                pm.Potential(
-                    "latency_loglik",
-                    row_loglik(
+                softness = WALL_SOFTNESS if curved else 0.0
+                if d.model_name == "moe":  # the coverage fixed point per row
+                    loglik = moe_row_loglik(
+                        (*costs, cb["c1s"], cb["c2s"]),
+                        passes,
+                        sigma0,
+                        gamma,
+                        grp,
+                        a_p,
+                        rps,
+                        conc,
+                        closed,
+                        k,
+                        r["m_ratio"],
+                        np.log(r["latency"]),
+                        softness=softness,
+                    )
+                else:
+                    loglik = row_loglik(
                         costs,
                         passes,
                         sigma0,
@@ -2375,9 +2391,9 @@ class LatencyModel:
                         conc,
                         closed,
                         np.log(r["latency"]),
-                        softness=WALL_SOFTNESS if curved else 0.0,
-                    ),
-                )
+                        softness=softness,
+                    )
+                pm.Potential("latency_loglik", loglik)
                 return model
             c1p_row = a_p * cb["c1p"][grp]
             c2p_row = a_p * cb["c2p"][grp]
