@@ -119,6 +119,18 @@ def test_auto_start_resolves_by_row_count(monkeypatch):
     assert large.config["mode_search"]["rounds"]
 
 
+def test_auto_start_takes_the_mode_for_the_moe_level():
+    """The moe level starts at the mode whatever its size (MODE_START_LEVELS)."""
+    import specbayes.fit as fit_module
+
+    df, _ = simulate_sweeps(model="moe", seed=7)
+    config = {"draws": 10, "tune": 10, "chains": 1}
+    f = fit_module.fit(df, model="moe", sampler_config=config, progress=False)
+    assert len(f.data) < fit_module.MODE_START_ROWS
+    assert f.config["sampler_config"]["start"] == "mode"
+    assert f.config["mode_search"]["rounds"]
+
+
 def test_lbfgs_backs_off_a_wall_next_to_the_minimum():
     """The minimum sits 0.01 from a wall where the objective is infinite (a row at
     lambda C2 >= 1); unit steps from the start overshoot it."""
