@@ -68,6 +68,49 @@ GROUP_INPUTS = ("c1p", "pass_c1", "c2p", "c2v", "pass_c2d", "inv_knee_v", "inv_k
 
 
 @numba.njit(cache=True)
+def _open_head(lam, c1, c2, c3, softness, sqrt_w):
+    """Headroom :math:`h = C_1/L` of the open-loop law (``laws._open_headroom``); 0 where
+    saturated (:math:`1 - \\lambda C_2 \\le 0`, or past the exact wall without softness)."""
+    free = 1.0 - lam * c2
+    if free <= 0.0:
+        return 0.0
+    rho = 1.0 - 4.0 * lam * lam * c1 * c3 / (free * free)
+    if softness > 0.0 and rho < softness:  # laws._soft_root
+        root = sqrt_w * math.exp((rho - softness) / (2.0 * softness))
+    elif rho > 0.0:
+        root = math.sqrt(rho)
+    else:
+        return 0.0
+    return 0.5 * free * (1.0 + root)
+
+
+@numba.njit(cache=True)
+def _open_sensitivities(lam, c1, c2, c3, softness, sqrt_w):
+    """Headroom and :math:`\\partial\\log L/\\partial(C_1, C_2, C_3)` of the open-loop law
+    (:func:`laws.latency_sensitivities`, as in :func:`_loglik_and_grad`); headroom 0 where
+    saturated."""
+    free = 1.0 - lam * c2
+    if free <= 0.0:
+        return 0.0, 0.0, 0.0, 0.0
+    rho = 1.0 - 4.0 * lam * lam * c1 * c3 / (free * free)
+    if softness > 0.0 and rho < softness:
+        root = sqrt_w * math.exp((rho - softness) / (2.0 * softness))
+        slope = root / (2.0 * softness)
+    elif rho > 0.0:
+        root = math.sqrt(rho)
+        slope = 0.5 / root
+    else:
+        return 0.0, 0.0, 0.0, 0.0
+    head = 0.5 * free * (1.0 + root)
+    inv_head = 1.0 / head
+    curve = 2.0 * lam * lam * slope * inv_head / free
+    d1 = 1.0 / c1 + c3 * curve
+    d2 = 0.5 * lam * (1.0 + root + 2.0 * slope * (1.0 - rho)) * inv_head
+    d3 = c1 * curve
+    return head, d1, d2, d3
+
+
+@numba.njit(cache=True)
 def _loglik_and_grad(
     c1p, pc1, c2p, c2v, kc2d, ikv, ikd, passes, sigma0, gamma,
     grp, a_p, rps, conc, closed, log_y, softness,
@@ -95,26 +138,10 @@ def _loglik_and_grad(
             log_head = math.log(c1 * inv_lat)
             d1, d2, d3 = inv_lat, nc * inv_lat, nc * nc * inv_lat
         else:  # L = C1 / h, h = f (1 + r(rho)) / 2 (laws.latency, laws.latency_sensitivities)
-            lam = rps[i]
-            free = 1.0 - lam * c2
-            if free <= 0.0:
+            head, d1, d2, d3 = _open_sensitivities(rps[i], c1, c2, c3, softness, sqrt_w)
+            if head <= 0.0:  # saturated, or past the exact wall
                 return -np.inf, np.zeros((7, n_groups)), np.zeros(n), 0.0, 0.0
-            rho = 1.0 - 4.0 * lam * lam * c1 * c3 / (free * free)
-            if softness > 0.0 and rho < softness:  # laws._soft_root
-                root = sqrt_w * math.exp((rho - softness) / (2.0 * softness))
-                slope = root / (2.0 * softness)
-            elif rho > 0.0:
-                root = math.sqrt(rho)
-                slope = 0.5 / root
-            else:  # past the exact wall
-                return -np.inf, np.zeros((7, n_groups)), np.zeros(n), 0.0, 0.0
-            head = 0.5 * free * (1.0 + root)
             log_head = math.log(head)
-            inv_head = 1.0 / head
-            curve = 2.0 * lam * lam * slope * inv_head / free
-            d1 = 1.0 / c1 + c3 * curve
-            d2 = 0.5 * lam * (1.0 + root + 2.0 * slope * (1.0 - rho)) * inv_head
-            d3 = c1 * curve
         log_l = math.log(c1) - log_head
         log_s = log_sigma0 - gamma * log_head
         inv_s2 = math.exp(-2.0 * log_s)
@@ -250,49 +277,6 @@ MOE_RTOL = 1e-12
 #: (its slope :math:`s` at the fixed point is then above ~0.997: the fixed point is about
 #: to vanish, see :func:`_moe_loglik_and_grad`).
 MOE_MAX_ITER = 10_000
-
-
-@numba.njit(cache=True)
-def _open_head(lam, c1, c2, c3, softness, sqrt_w):
-    """Headroom :math:`h = C_1/L` of the open-loop law (``laws._open_headroom``); 0 where
-    saturated (:math:`1 - \\lambda C_2 \\le 0`, or past the exact wall without softness)."""
-    free = 1.0 - lam * c2
-    if free <= 0.0:
-        return 0.0
-    rho = 1.0 - 4.0 * lam * lam * c1 * c3 / (free * free)
-    if softness > 0.0 and rho < softness:  # laws._soft_root
-        root = sqrt_w * math.exp((rho - softness) / (2.0 * softness))
-    elif rho > 0.0:
-        root = math.sqrt(rho)
-    else:
-        return 0.0
-    return 0.5 * free * (1.0 + root)
-
-
-@numba.njit(cache=True)
-def _open_sensitivities(lam, c1, c2, c3, softness, sqrt_w):
-    """Headroom and :math:`\\partial\\log L/\\partial(C_1, C_2, C_3)` of the open-loop law
-    (:func:`laws.latency_sensitivities`, as in :func:`_loglik_and_grad`); headroom 0 where
-    saturated."""
-    free = 1.0 - lam * c2
-    if free <= 0.0:
-        return 0.0, 0.0, 0.0, 0.0
-    rho = 1.0 - 4.0 * lam * lam * c1 * c3 / (free * free)
-    if softness > 0.0 and rho < softness:
-        root = sqrt_w * math.exp((rho - softness) / (2.0 * softness))
-        slope = root / (2.0 * softness)
-    elif rho > 0.0:
-        root = math.sqrt(rho)
-        slope = 0.5 / root
-    else:
-        return 0.0, 0.0, 0.0, 0.0
-    head = 0.5 * free * (1.0 + root)
-    inv_head = 1.0 / head
-    curve = 2.0 * lam * lam * slope * inv_head / free
-    d1 = 1.0 / c1 + c3 * curve
-    d2 = 0.5 * lam * (1.0 + root + 2.0 * slope * (1.0 - rho)) * inv_head
-    d3 = c1 * curve
-    return head, d1, d2, d3
 
 
 @numba.njit(cache=True)
