@@ -128,6 +128,12 @@ def test_needs_seven_group_arrays():
                    softness=0.0)  # fmt: skip
 
 
+def _logp_and_grad(m):
+    """The model's log density and its gradient, one NUMBA-compiled function."""
+    lp = m.logp()
+    return pytensor.function(m.value_vars, [lp, *pt.grad(lp, m.value_vars)], mode="NUMBA")
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -147,11 +153,7 @@ def test_sampling_model_equals_the_graph_model(kwargs):
     assert "latency_loglik" in fused.named_vars and "latency" not in fused.named_vars
     assert [v.name for v in ref.value_vars] == [v.name for v in fused.value_vars]
 
-    def logp_and_grad(m):
-        lp = m.logp()
-        return pytensor.function(m.value_vars, [lp, *pt.grad(lp, m.value_vars)], mode="NUMBA")
-
-    f_ref, f_fused = logp_and_grad(ref), logp_and_grad(fused)
+    f_ref, f_fused = _logp_and_grad(ref), _logp_and_grad(fused)
     start = ref.initial_point()
     start.update({k: v for k, v in lm.initial_point().items() if k in start})
     rng = np.random.default_rng(0)
@@ -421,11 +423,7 @@ def test_moe_sampling_model_equals_the_graph_model():
     assert "latency_loglik" in fused.named_vars and "latency" not in fused.named_vars
     assert [v.name for v in ref.value_vars] == [v.name for v in fused.value_vars]
 
-    def logp_and_grad(m):
-        lp = m.logp()
-        return pytensor.function(m.value_vars, [lp, *pt.grad(lp, m.value_vars)], mode="NUMBA")
-
-    f_ref, f_fused = logp_and_grad(ref), logp_and_grad(fused)
+    f_ref, f_fused = _logp_and_grad(ref), _logp_and_grad(fused)
     start = ref.initial_point()
     start.update({k: v for k, v in lm.feasible_start().items() if k in start})
     rng = np.random.default_rng(0)
