@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=("auto", "least_squares", "mode"),
         default=None,
         help="where chains start: the least-squares point or the posterior mode, whitened "
-        "again there; auto (default): the mode from 10,000 fitted rows on",
+        "again there; auto (default): the mode for --model moe and from 10,000 fitted rows "
+        "on",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
