@@ -5,6 +5,7 @@ import pandas as pd
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from conftest import row_coefs_at
 
 from specbayes import laws
 from specbayes.data import validate_sweeps
@@ -390,20 +391,8 @@ def test_moe_needs_nine_group_arrays():
 def _exact_law_latency(lm, point):
     """The rows' latency at ``point`` with the exact curved wall (``inf`` past it), from the
     model's deterministic coefficients and :func:`forward_numpy` (converged fixed point)."""
-    m, d = lm.model, lm.design
-    names = ("log_coef", "log_coef_draft", "log_knee_verifier", "log_knee_drafter")
-    theta = pytensor.function(
-        m.value_vars, m.replace_rvs_by_values([m[n] for n in names]), on_unused_input="ignore"
-    )(*point)
-    r = d.rows
-    coef = {c: np.exp(theta[0][r["unit"], j]) for j, c in enumerate(d.base_coefs)}
-    coef["c1p"] *= r["a_p"]
-    coef["c2p"] *= r["a_p"]
-    for j, c in enumerate(d.draft_coefs):
-        coef[c] = np.where(r["dunit"] >= 0, np.exp(theta[1][np.maximum(r["dunit"], 0), j]), 0)
-    coef["knee_verifier"] = np.exp(theta[2][r["verifier_idx"], r["hardware_idx"]])
-    kd = np.exp(theta[3][np.maximum(r["drafter_idx"], 0), r["hardware_idx"]])
-    coef["knee_drafter"] = np.where(r["drafter_idx"] >= 0, kd, np.inf)
+    r = lm.design.rows
+    coef = row_coefs_at(lm, point)
     return forward_numpy(coef, r, r["alpha"], moe=True)[0]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import row_coefs_at
 
 from specbayes import laws
 from specbayes.data import validate_sweeps
@@ -125,23 +126,10 @@ def _assert_graph_matches_numpy(lm):
         m.replace_rvs_by_values([rv.owner.inputs[2]])[0],  # LogNormal(rng, size, mu, sigma)
         on_unused_input="ignore",
     )(*[point[m.rvs_to_values[v].name] for v in m.free_RVs])
-    theta = pytensor.function(
-        [m.rvs_to_values[v] for v in m.free_RVs],
-        m.replace_rvs_by_values(
-            [m[n] for n in ("log_coef", "log_coef_draft", "log_knee_verifier", "log_knee_drafter")]
-        ),
-        on_unused_input="ignore",
-    )(*[point[m.rvs_to_values[v].name] for v in m.free_RVs])
     r = d.rows
-    coef = {c: np.exp(theta[0][r["unit"], j]) for j, c in enumerate(d.base_coefs)}
-    coef["c1p"] *= r["a_p"]
-    coef["c2p"] *= r["a_p"]
-    for j, c in enumerate(d.draft_coefs):
-        coef[c] = np.where(r["dunit"] >= 0, np.exp(theta[1][np.maximum(r["dunit"], 0), j]), 0)
-    coef["knee_verifier"] = np.exp(theta[2][r["verifier_idx"], r["hardware_idx"]])
+    # model.value_vars are the free RVs' value variables, in the same order
+    coef = row_coefs_at(lm, [point[m.rvs_to_values[v].name] for v in m.free_RVs])
     has_d = r["drafter_idx"] >= 0
-    kd = np.exp(theta[3][np.maximum(r["drafter_idx"], 0), r["hardware_idx"]])
-    coef["knee_drafter"] = np.where(has_d, kd, np.inf)
     assert np.all(np.isfinite(coef["knee_verifier"])) and has_d.any()  # the curvature is on
     mu, _ = forward_numpy(coef, r, r["alpha"], moe=d.model_name == "moe")
     np.testing.assert_allclose(np.exp(mu_graph), mu, rtol=1e-9)
