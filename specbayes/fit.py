@@ -59,7 +59,7 @@ import xarray as xr
 
 from specbayes import __version__
 from specbayes.data import SweepTable, cell_label, validate_sweeps
-from specbayes.mode import mode_start
+from specbayes.mode import NutpieDensity, mode_start
 from specbayes.model import (
     DRAFT_COEFS,
     SHARE_SD_FACTOR,
@@ -192,7 +192,11 @@ def _prepare(sweeps: pd.DataFrame | SweepTable, model: str) -> tuple[pd.DataFram
     return data, excluded
 
 
-def _sample(lm: LatencyModel, init: dict, cfg: dict, progress: bool):
+def _sample(
+    lm: LatencyModel, init: dict, cfg: dict, progress: bool, density: NutpieDensity | None = None
+):
+    """Sample ``lm``'s sampling model from ``init`` (nutpie: ``density``'s compiled model
+    when the mode search compiled one)."""
     import os
 
     # the compiled rows' likelihood has no JAX form: numpyro samples the graph model
@@ -201,9 +205,12 @@ def _sample(lm: LatencyModel, init: dict, cfg: dict, progress: bool):
     if cfg["sampler"] == "nutpie":
         import nutpie
 
-        compiled = nutpie.compile_pymc_model(
-            model, initial_points=init, jitter_rvs=set(model.free_RVs)
-        )
+        if density is not None:
+            compiled = density.for_sampling(init)
+        else:
+            compiled = nutpie.compile_pymc_model(
+                model, initial_points=init, jitter_rvs=set(model.free_RVs)
+            )
         return nutpie.sample(
             compiled,
             draws=cfg["draws"],
@@ -288,12 +295,17 @@ def fit(
         cfg["start"] = "mode" if by_mode else "least_squares"
     t0 = time.perf_counter()
     lm = LatencyModel(design, priors)
+    density, compile_s = None, None
     if cfg["start"] == "mode":  # at the posterior mode, in coordinates whitened there
-        lm, init, search = mode_start(lm)
+        if cfg["sampler"] == "nutpie":  # one compile for the mode search and the sampler
+            t_compile = time.perf_counter()
+            density = NutpieDensity(lm)
+            compile_s = time.perf_counter() - t_compile
+        lm, init, search = mode_start(lm, density=density)
     else:
         init, search = lm.feasible_start(), None
     t_build = time.perf_counter() - t0
-    idata = _sample(lm, init, cfg, progress)
+    idata = _sample(lm, init, cfg, progress, density)
     wall = time.perf_counter() - t0
     for group in [g for g in idata.groups() if g.startswith("warmup")]:
         del idata[group]
@@ -302,7 +314,8 @@ def fit(
         "sampler_config": cfg,
         "priors": lm.priors,
         "structure": lm.structure,
-        "build_s": t_build,
+        "build_s": t_build,  # least squares, mode search, model build (and compile, below)
+        "compile_s": compile_s,  # nutpie's compile when the mode search did it, else None
         "mode_search": search.as_dict() if search else None,
         "wall_s": wall,
     }

@@ -190,26 +190,33 @@ def block_hessian(objective, x: np.ndarray, z: slice, blocks, h: float = 1e-6) -
 def newton(objective, hessian, x: np.ndarray, max_iter: int = NEWTON_ITERATIONS):
     r"""Minimise ``objective`` by saddle-free Newton steps with a backtracking line search.
 
-    With :math:`H = V \operatorname{diag}(w) V^\top` the step is
+    Where :math:`H` is positive definite the step is Newton's, :math:`p = -H^{-1} g` (by
+    Cholesky); elsewhere, with :math:`H = V \operatorname{diag}(w) V^\top`, it is
     :math:`p = -V \operatorname{diag}(1/|w|) V^\top g` (:math:`|w|` floored at
-    :math:`10^{-9} \max |w|`): Newton's step where the function is convex, a descent
-    direction across a saddle (a hierarchical scale far from its mode). The step halves
-    until it is finite (inside the law's walls) and satisfies Armijo's condition. Stops when
-    half the Newton decrement :math:`g^\top |H|^{-1} g / 2` is below :data:`NEWTON_TOL`
-    and every curvature is positive.
+    :math:`10^{-9} \max |w|`): a descent direction across a saddle (a hierarchical scale
+    far from its mode). The step halves until it is finite (inside the law's walls) and
+    satisfies Armijo's condition. Stops when :math:`H` is positive definite and half the
+    Newton decrement :math:`g^\top H^{-1} g / 2` is below :data:`NEWTON_TOL`. (On the
+    paper's dense verifiers, 1,472 coordinates: a Cholesky factor ~0.03 s, an ``eigh``
+    0.35 s, at each of ~40 steps.)
 
     Returns
     -------
     x, f, iterations, converged
     """
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
     f, g = objective(x)
     for it in range(1, max_iter + 1):
-        w, vecs = np.linalg.eigh(hessian(x))
-        scale = np.maximum(np.abs(w), 1e-9 * max(np.abs(w).max(), 1.0))
-        coords = vecs.T @ g
-        if 0.5 * np.sum(coords**2 / scale) < NEWTON_TOL and w.min() > 0:
-            return x, f, it - 1, True
-        direction = -vecs @ (coords / scale)
+        hess = hessian(x)
+        try:  # positive definite (near the mode): Newton's step by Cholesky, ~10x an eigh
+            direction = -cho_solve(cho_factor(hess), g)
+            if 0.5 * float(-g @ direction) < NEWTON_TOL:
+                return x, f, it - 1, True
+        except LinAlgError:
+            w, vecs = np.linalg.eigh(hess)
+            scale = np.maximum(np.abs(w), 1e-9 * max(np.abs(w).max(), 1.0))
+            direction = -vecs @ ((vecs.T @ g) / scale)
         slope = g @ direction
         step = 1.0
         while True:
@@ -251,33 +258,125 @@ def _value_point(model, point: dict) -> dict:
     return out
 
 
-def _objective(model, start: dict):
-    """``x -> (-logp, -grad)`` of ``model`` on its raveled unconstrained values (infinite
-    past a wall), the raveled ``start``, and each variable's ``(slice, shape)`` in it."""
-    values0 = _value_point(model, start)
-    # one compiled function for the value (with the transforms' log-Jacobians) and its
-    # gradient: the rows' likelihood kernel computes both in one pass
-    fn = model.logp_dlogp_function(ravel_inputs=True, initial_point=values0)
-    fn.set_extra_values({})
-    slices, i = {}, 0
-    for v in model.continuous_value_vars:
-        shape = np.shape(values0[v.name])
-        size = int(np.prod(shape))
-        slices[v.name] = (slice(i, i + size), shape)
-        i += size
-    x0 = np.concatenate([np.ravel(values0[name]) for name in slices])
+class GraphDensity:
+    """The sampling model's log density compiled with PyTensor's default backend (C), for
+    one model: the mode search's evaluator when no nutpie model is at hand.
 
-    def objective(x):
-        value, grad = fn(x)
+    ``objective(x) -> (-logp, -grad)`` on the raveled unconstrained values (infinite past a
+    wall), ``flatten(point)`` and ``point(x)`` (every unobserved variable, constrained and
+    deterministic).
+    """
+
+    def __init__(self, model, start: dict):
+        self.model = model
+        values0 = _value_point(model, start)
+        # one compiled function for the value (with the transforms' log-Jacobians) and its
+        # gradient: the rows' likelihood kernel computes both in one pass
+        self._fn = model.logp_dlogp_function(ravel_inputs=True, initial_point=values0)
+        self._fn.set_extra_values({})
+        self.slices, i = {}, 0
+        for v in model.continuous_value_vars:
+            shape = np.shape(values0[v.name])
+            size = int(np.prod(shape))
+            self.slices[v.name] = (slice(i, i + size), shape)
+            i += size
+        self._at = None
+
+    def objective(self, x):
+        value, grad = self._fn(x)
         if not np.isfinite(value):  # past a wall: the line search backs off
             return np.inf, np.zeros_like(x)
         return -float(value), -grad
 
-    return objective, x0, slices
+    def flatten(self, point: dict) -> np.ndarray:
+        values = _value_point(self.model, point)
+        return np.concatenate([np.ravel(values[name]) for name in self.slices])
+
+    def point(self, x: np.ndarray) -> dict:
+        model = self.model
+        if self._at is None:
+            self._at = model.compile_fn(
+                model.unobserved_value_vars,
+                inputs=model.value_vars,
+                on_unused_input="ignore",
+                point_fn=False,
+            )
+        values = {name: x[where].reshape(shape) for name, (where, shape) in self.slices.items()}
+        outs = self._at(*[values[v.name] for v in model.value_vars])
+        names = [v.name for v in model.unobserved_value_vars]
+        return {name: np.asarray(o) for name, o in zip(names, outs, strict=True)}
+
+
+class NutpieDensity:
+    """The sampling model compiled once by nutpie (PyTensor's numba backend), for the mode
+    search *and* the sampler.
+
+    Every whitening of a :class:`LatencyModel` has the same graph
+    (:meth:`LatencyModel.whitening_data` enters as shared data), so the mode search's rounds
+    only set new values (:meth:`use`) and the sampler starts from the same compiled model
+    (:meth:`for_sampling`). Against :class:`GraphDensity` per round this saves one C compile
+    per round and the sampler's separate compile, and the numba log density is faster
+    (on the paper's dense verifiers at the mode: 3.3 ms against 6.1 ms with its gradient).
+    """
+
+    def __init__(self, lm: LatencyModel):
+        import nutpie
+
+        self.model = lm.sampling_model
+        self.compiled = nutpie.compile_pymc_model(self.model, jitter_rvs=set(self.model.free_RVs))
+        names, slices, shapes = self.compiled.shape_info
+        n_free = len(self.model.free_RVs)
+        self._all = list(zip(names, slices, shapes, strict=True))
+        self.slices = {name: (where, tuple(shape)) for name, where, shape in self._all[:n_free]}
+        self._shared = {
+            v.name: v
+            for f in (self.compiled.logp_func, self.compiled.expand_func)
+            for v in f.get_shared()
+        }
+        self.data = lm.whitening_data()
+
+    def use(self, lm: LatencyModel) -> None:
+        """Evaluate the density of ``lm`` (same design and structure, its whitening)."""
+        self.data = lm.whitening_data()
+        for name, value in self.data.items():
+            self._shared[name].set_value(np.asarray(value, dtype=float))
+
+    def objective(self, x):
+        value, grad = self.compiled.logp_func(x)
+        if not np.isfinite(value):
+            return np.inf, np.zeros_like(x)
+        return -float(value), -np.asarray(grad)
+
+    def flatten(self, point: dict) -> np.ndarray:
+        values = _value_point(self.model, point)
+        return np.concatenate([np.ravel(values[name]) for name in self.slices])
+
+    def point(self, x: np.ndarray) -> dict:
+        flat = np.asarray(self.compiled.expand_func(x)[0])
+        return {name: flat[where].reshape(shape) for name, where, shape in self._all}
+
+    def for_sampling(self, start: dict):
+        """The compiled model with the current whitening, its chains started at ``start``
+        jittered by U(-1, 1) in every unconstrained coordinate (as
+        ``nutpie.compile_pymc_model(..., initial_points=start, jitter_rvs=all)``)."""
+        import dataclasses
+
+        x0 = self.flatten(start)
+
+        def initial_point(seed=None):
+            rng = np.random.default_rng(seed)
+            return x0 + rng.uniform(-1.0, 1.0, x0.size)
+
+        compiled = dataclasses.replace(self.compiled, initial_point_func=initial_point)
+        return compiled.with_data(**self.data)
 
 
 def find_mode(
-    lm: LatencyModel, start: dict, method: str = "lbfgs", max_iter: int | None = None
+    lm: LatencyModel,
+    start: dict,
+    method: str = "lbfgs",
+    max_iter: int | None = None,
+    density: GraphDensity | NutpieDensity | None = None,
 ) -> tuple[dict, dict]:
     r"""Maximise the log density of ``lm.sampling_model`` from ``start``.
 
@@ -293,6 +392,9 @@ def find_mode(
         paper's dense verifiers, and a handful of steps near the mode).
     max_iter : int, optional
         Defaults :data:`LBFGS_ITERATIONS`, :data:`NEWTON_ITERATIONS`.
+    density : GraphDensity or NutpieDensity, optional
+        The compiled log density of ``lm``'s sampling model (a :class:`GraphDensity` of it
+        when absent).
 
     Returns
     -------
@@ -305,8 +407,9 @@ def find_mode(
     """
     if method not in ("lbfgs", "newton"):
         raise ValueError("method must be 'lbfgs' or 'newton'")
-    model = lm.sampling_model
-    objective, x0, slices = _objective(model, start)
+    density = density or GraphDensity(lm.sampling_model, start)
+    objective, slices = density.objective, density.slices
+    x0 = density.flatten(start)
     f0 = objective(x0)[0]
     if not np.isfinite(f0):
         raise RuntimeError("the mode search needs a feasible start (log density not finite)")
@@ -322,15 +425,7 @@ def find_mode(
             x0,
             max_iter=NEWTON_ITERATIONS if max_iter is None else max_iter,
         )
-    values = {name: x[where].reshape(shape) for name, (where, shape) in slices.items()}
-    at = model.compile_fn(
-        model.unobserved_value_vars,
-        inputs=model.value_vars,
-        on_unused_input="ignore",
-        point_fn=False,
-    )
-    outs = at(*[values[v.name] for v in model.value_vars])
-    point = {v.name: np.asarray(o) for v, o in zip(model.unobserved_value_vars, outs, strict=True)}
+    point = density.point(x)
     info = {
         "method": method,
         "logp_start": -float(f0),
@@ -379,11 +474,16 @@ def whiten_at(lm: LatencyModel, point: dict) -> tuple[LatencyModel, dict]:
 
 
 def mode_start(
-    lm: LatencyModel, max_rounds: int = MAX_ROUNDS
+    lm: LatencyModel, max_rounds: int = MAX_ROUNDS, density: NutpieDensity | None = None
 ) -> tuple[LatencyModel, dict, ModeSearch]:
     """Rounds of :func:`find_mode` and :func:`whiten_at` from ``lm``'s feasible start: L-BFGS
     for :data:`LBFGS_WARM_ITERATIONS` first, then Newton, until a round converges or gains
     less than :data:`ROUND_TOL` (at most ``max_rounds``).
+
+    With ``density`` (compiled from ``lm``'s sampling model) every round evaluates it with
+    the round's whitening (:meth:`NutpieDensity.use`), and it is left at the last one, ready
+    for :meth:`NutpieDensity.for_sampling`; without, each round compiles a
+    :class:`GraphDensity`.
 
     Returns
     -------
@@ -400,16 +500,20 @@ def mode_start(
     start = lm.feasible_start()
     for r in range(max_rounds):
         if r == 0:
-            point, info = find_mode(lm, start, "lbfgs", max_iter=LBFGS_WARM_ITERATIONS)
+            point, info = find_mode(
+                lm, start, "lbfgs", max_iter=LBFGS_WARM_ITERATIONS, density=density
+            )
         else:
             try:
-                point, info = find_mode(lm, start, "newton")
+                point, info = find_mode(lm, start, "newton", density=density)
             except FloatingPointError as exc:  # the mode within a difference step of a wall:
                 search.rounds.append({"method": "newton", "error": str(exc)})
                 break  # keep the whitening at the last round's point
         info.update(sigma0=float(point["sigma0"]), gamma=float(point["gamma"]))
         search.rounds.append(info)
         lm, start = whiten_at(lm, point)
+        if density is not None:
+            density.use(lm)
         if info["logp"] - info["logp_start"] < ROUND_TOL or (r > 0 and info["converged"]):
             break
     search.seconds = time.perf_counter() - t0

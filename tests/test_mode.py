@@ -78,6 +78,41 @@ def test_whitened_coordinates_have_unit_curvature_at_the_mode(searched):
     assert np.median(np.abs(c_ls - 1.0)) > 0.3
 
 
+def test_nutpie_density_serves_every_whitening_of_one_compile(searched):
+    """Compiled once from the least-squares model, nutpie's density evaluates the
+    mode-whitened model after ``use`` (its whitening enters as shared data): the same log
+    density, gradient and deterministics as each model's own graph compile, and the
+    sampler's start is the requested point."""
+    from specbayes.mode import GraphDensity, NutpieDensity
+
+    lm, start_ls, lm2, start, _ = searched
+    density = NutpieDensity(lm)
+    for model_lm, point in ((lm, start_ls), (lm2, start), (lm, start_ls)):
+        density.use(model_lm)
+        graph = GraphDensity(model_lm.sampling_model, point)
+        x = graph.flatten(point)
+        np.testing.assert_array_equal(density.flatten(point), x)
+        f_graph, g_graph = graph.objective(x)
+        f_nutpie, g_nutpie = density.objective(x)
+        assert np.isfinite(f_graph)
+        np.testing.assert_allclose(f_nutpie, f_graph, rtol=1e-9)
+        np.testing.assert_allclose(g_nutpie, g_graph, rtol=1e-6, atol=1e-6 * np.abs(g_graph).max())
+        np.testing.assert_allclose(
+            density.point(x)["log_coef"], graph.point(x)["log_coef"], rtol=1e-10
+        )
+    # the data of the first model differ from the second's: the checks above were not vacuous
+    assert not np.allclose(
+        lm.whitening_data()["whitening_factor"], lm2.whitening_data()["whitening_factor"]
+    )
+    density.use(lm2)
+    compiled = density.for_sampling(start)
+    x0 = density.flatten(start)
+    assert np.abs(compiled.initial_point_func(0) - x0).max() <= 1.0
+    np.testing.assert_array_equal(
+        compiled.shared_data["whitening_factor"], lm2.whitening_data()["whitening_factor"]
+    )
+
+
 def test_cli_fit_with_start_mode_records_the_search(tmp_path, capsys):
     from specbayes.cli import main
     from specbayes.fit import load_fit
@@ -153,11 +188,12 @@ def test_block_hessian_equals_the_dense_hessian(searched):
     """The coloured differences (one gradient per block slot and per hyper-parameter) give
     the same matrix as differencing every coordinate: whitened units meet other
     blocks' only through the hyper-parameters."""
-    from specbayes.mode import _objective, block_hessian
+    from specbayes.mode import GraphDensity, block_hessian
     from specbayes.model import _blocks
 
     lm, start_ls, *_ = searched
-    objective, x0, slices = _objective(lm.sampling_model, start_ls)
+    density = GraphDensity(lm.sampling_model, start_ls)
+    objective, x0, slices = density.objective, density.flatten(start_ls), density.slices
     blocks = _blocks(lm.design)[1]
     z = slices["z"][0]
     assert len(blocks) > 1  # the colouring mixes blocks
