@@ -68,7 +68,8 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 #: reciprocals allowed — but not ``nnan``/``ninf``, since a row past a wall returns
 #: :math:`-\infty`. The paper's dense verifiers' log density and gradient: 2.84 ms at
 #: ``cache=True`` alone, 2.37 ms with runs of one configuration's rows (below), 1.92 ms with
-#: these flags (58,701 rows; ``benchmarks/likelihood_speed.md``); value within 1e-13 relative.
+#: these flags (58,701 rows; ``benchmarks/fit_speed.md``, 2026-12-02 18:11); value within
+#: 1e-13 relative.
 _KERNEL_FLAGS = dict(
     cache=True, error_model="numpy", fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}
 )
