@@ -258,7 +258,20 @@ def _value_point(model, point: dict) -> dict:
     return out
 
 
-class GraphDensity:
+class _Density:
+    """What both evaluators share: ``model`` and each free variable's ``(slice, shape)`` in
+    the raveled unconstrained values (``slices``)."""
+
+    model: object
+    slices: dict
+
+    def flatten(self, point: dict) -> np.ndarray:
+        """The raveled unconstrained values of ``point`` (constrained values)."""
+        values = _value_point(self.model, point)
+        return np.concatenate([np.ravel(values[name]) for name in self.slices])
+
+
+class GraphDensity(_Density):
     """The sampling model's log density compiled with PyTensor's default backend (C), for
     one model: the mode search's evaluator when no nutpie model is at hand.
 
@@ -288,10 +301,6 @@ class GraphDensity:
             return np.inf, np.zeros_like(x)
         return -float(value), -grad
 
-    def flatten(self, point: dict) -> np.ndarray:
-        values = _value_point(self.model, point)
-        return np.concatenate([np.ravel(values[name]) for name in self.slices])
-
     def point(self, x: np.ndarray) -> dict:
         model = self.model
         if self._at is None:
@@ -307,7 +316,7 @@ class GraphDensity:
         return {name: np.asarray(o) for name, o in zip(names, outs, strict=True)}
 
 
-class NutpieDensity:
+class NutpieDensity(_Density):
     """The sampling model compiled once by nutpie (PyTensor's numba backend), for the mode
     search *and* the sampler.
 
@@ -346,10 +355,6 @@ class NutpieDensity:
         if not np.isfinite(value):
             return np.inf, np.zeros_like(x)
         return -float(value), -np.asarray(grad)
-
-    def flatten(self, point: dict) -> np.ndarray:
-        values = _value_point(self.model, point)
-        return np.concatenate([np.ravel(values[name]) for name in self.slices])
 
     def point(self, x: np.ndarray) -> dict:
         flat = np.asarray(self.compiled.expand_func(x)[0])

@@ -1607,10 +1607,9 @@ def adaptive_centring(
     sd0 = 1.0 / xp.sqrt(h + par.prior_prec[slots])
     if reference is None:
         reference = to_share(par.ref, par.pair_a, par.pair_b, par.pair_lwa, par.pair_lwb)[slots]
-    ref = reference
     prec = 1.0 / tau**2
     sd = 1.0 / xp.sqrt(h + prec)
-    mean = (h * ref + m[slots] * prec) / (h + prec)
+    mean = (h * reference + m[slots] * prec) / (h + prec)
     new = mean + (sd / sd0) * lz[slots]
     if xp is np:
         phi = phi.copy()
