@@ -33,7 +33,9 @@ mode is that of its log), which is where the samplers move.
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -137,7 +139,9 @@ def lbfgs(objective, x: np.ndarray, max_iter: int = LBFGS_ITERATIONS):
     return x, f, it
 
 
-def block_hessian(objective, x: np.ndarray, z: slice, blocks, h: float = 1e-6) -> np.ndarray:
+def block_hessian(
+    objective, x: np.ndarray, z: slice, blocks, h: float = 1e-6, threads: int = 1
+) -> np.ndarray:
     r"""Hessian of ``objective`` at ``x`` by forward differences of its gradient, with the
     sparsity of the whitened units.
 
@@ -158,6 +162,10 @@ def block_hessian(objective, x: np.ndarray, z: slice, blocks, h: float = 1e-6) -
         Where the whitened units sit in ``x``.
     blocks : list of int arrays
         The blocks' slots (indices into ``z``), as :func:`specbayes.model._blocks` gives them.
+    threads : int
+        Gradients evaluated at once, for an ``objective`` that may be called from several
+        threads and releases the GIL (:class:`NutpieDensity`; a PyTensor function is
+        neither).
     """
     n = len(x)
     hess = np.zeros((n, n))
@@ -170,18 +178,28 @@ def block_hessian(objective, x: np.ndarray, z: slice, blocks, h: float = 1e-6) -
                 return (g_step - grad) / step
         raise FloatingPointError("the Hessian's differences cross a wall of the law")
 
-    for j in range(max(len(b) for b in blocks)):
-        v = np.zeros(n)
-        cols = [z.start + np.asarray(b) for b in blocks if len(b) > j]
-        for idx in cols:
-            v[idx[j]] = 1.0
-        column = product(v)
-        for idx in cols:
-            hess[idx, idx[j]] = column[idx]
-    for k in np.r_[0 : z.start, z.stop : n]:
+    def unit(k):
         v = np.zeros(n)
         v[k] = 1.0
-        column = product(v)
+        return v
+
+    z_cols = [
+        [z.start + np.asarray(b) for b in blocks if len(b) > j]
+        for j in range(max(len(b) for b in blocks))
+    ]
+    directions = []
+    for j, cols in enumerate(z_cols):
+        v = np.zeros(n)
+        for idx in cols:
+            v[idx[j]] = 1.0
+        directions.append(v)
+    hyper = np.r_[0 : z.start, z.stop : n]
+    with ThreadPoolExecutor(threads) as pool:
+        columns = list(pool.map(product, [*directions, *(unit(k) for k in hyper)]))
+    for j, cols in enumerate(z_cols):
+        for idx in cols:
+            hess[idx, idx[j]] = columns[j][idx]
+    for k, column in zip(hyper, columns[len(z_cols) :], strict=True):
         hess[:, k] = column
         hess[k, z] = column[z]
     return 0.5 * (hess + hess.T)
@@ -264,6 +282,8 @@ class _Density:
 
     model: object
     slices: dict
+    #: ``objective`` may run on several threads at once, in parallel
+    thread_safe: bool = False
 
     def flatten(self, point: dict) -> np.ndarray:
         """The raveled unconstrained values of ``point`` (constrained values)."""
@@ -316,6 +336,13 @@ class GraphDensity(_Density):
         return {name: np.asarray(o) for name, o in zip(names, outs, strict=True)}
 
 
+def _double_pointer(a: np.ndarray):
+    """``a``'s buffer as a C ``double *`` (``a`` float64 and C-contiguous)."""
+    import ctypes
+
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+
+
 class NutpieDensity(_Density):
     """The sampling model compiled once by nutpie (PyTensor's numba backend), for the mode
     search *and* the sampler.
@@ -326,6 +353,13 @@ class NutpieDensity(_Density):
     (:meth:`for_sampling`). Against :class:`GraphDensity` per round this saves one C compile
     per round and the sampler's separate compile, and the numba log density is faster
     (on the paper's dense verifiers at the mode: 3.3 ms against 6.1 ms with its gradient).
+
+    The search calls the very C callbacks nutpie's sampler calls (``compiled_logp_func``,
+    ``compiled_expand_func``, through :mod:`ctypes`), not the PyTensor functions they were
+    built from: those would compile the whole graph with numba a second time for Python's
+    argument types on their first call (31.5 s and 9.7 s on the paper's dense verifiers),
+    and a ctypes call releases the GIL, so :func:`block_hessian` can difference on several
+    threads.
     """
 
     def __init__(self, lm: LatencyModel):
@@ -337,27 +371,44 @@ class NutpieDensity(_Density):
         n_free = len(self.model.free_RVs)
         self._all = list(zip(names, slices, shapes, strict=True))
         self.slices = {name: (where, tuple(shape)) for name, where, shape in self._all[:n_free]}
-        self._shared = {
-            v.name: v
-            for f in (self.compiled.logp_func, self.compiled.expand_func)
-            for v in f.get_shared()
-        }
-        self.data = lm.whitening_data()
+        self.thread_safe = True
+        self._logp = self.compiled.compiled_logp_func.ctypes
+        self._expand = self.compiled.compiled_expand_func.ctypes
+        self.use(lm)
 
     def use(self, lm: LatencyModel) -> None:
         """Evaluate the density of ``lm`` (same design and structure, its whitening)."""
         self.data = lm.whitening_data()
-        for name, value in self.data.items():
-            self._shared[name].set_value(np.asarray(value, dtype=float))
+        self.compiled = self.compiled.with_data(**self.data)
 
     def objective(self, x):
-        value, grad = self.compiled.logp_func(x)
-        if not np.isfinite(value):
+        """``(-logp, -grad)`` at ``x``; ``(inf, 0)`` past a wall of the law (the callback
+        reports a log density or gradient that is not finite)."""
+        x = np.ascontiguousarray(x, dtype=float)
+        grad, logp = np.empty_like(x), np.empty(())
+        code = self._logp(
+            x.size,
+            _double_pointer(x),
+            _double_pointer(grad),
+            _double_pointer(logp),
+            self.compiled.user_data.ctypes.data,
+        )
+        if code != 0:  # 3, 4: gradient or value not finite (1: an error inside)
             return np.inf, np.zeros_like(x)
-        return -float(value), -np.asarray(grad)
+        return -float(logp), -grad
 
     def point(self, x: np.ndarray) -> dict:
-        flat = np.asarray(self.compiled.expand_func(x)[0])
+        x = np.ascontiguousarray(x, dtype=float)
+        flat = np.empty(self.compiled.n_expanded)
+        code = self._expand(
+            x.size,
+            flat.size,
+            _double_pointer(x),
+            _double_pointer(flat),
+            self.compiled.user_data.ctypes.data,
+        )
+        if code != 0:
+            raise FloatingPointError(f"nutpie's expand callback failed (code {code})")
         return {name: flat[where].reshape(shape) for name, where, shape in self._all}
 
     def for_sampling(self, start: dict):
@@ -372,8 +423,7 @@ class NutpieDensity(_Density):
             rng = np.random.default_rng(seed)
             return x0 + rng.uniform(-1.0, 1.0, x0.size)
 
-        compiled = dataclasses.replace(self.compiled, initial_point_func=initial_point)
-        return compiled.with_data(**self.data)
+        return dataclasses.replace(self.compiled, initial_point_func=initial_point)
 
 
 def find_mode(
@@ -424,9 +474,10 @@ def find_mode(
         converged = iterations < cap
     else:
         blocks = _blocks(lm.design)[1]
+        threads = (os.cpu_count() or 1) if density.thread_safe else 1
         x, f, iterations, converged = newton(
             objective,
-            lambda x: block_hessian(objective, x, slices["z"][0], blocks),
+            lambda x: block_hessian(objective, x, slices["z"][0], blocks, threads=threads),
             x0,
             max_iter=NEWTON_ITERATIONS if max_iter is None else max_iter,
         )

@@ -1980,13 +1980,19 @@ class LatencyModel:
         import pytensor.tensor as pt
 
         m, par = self.model, self.param
-        values, default = {}, m.initial_point()
-        for rv in m.free_RVs:
+        values = {
+            rv.name: np.asarray(point[rv.name], dtype=float)
+            for rv in m.free_RVs
+            if rv.name in point
+        }
+        missing = [rv for rv in m.free_RVs if rv.name not in point]
+        default = m.initial_point() if missing else {}
+        for rv in missing:
             value = default[m.rvs_to_values[rv].name]
             transform = m.rvs_to_transforms.get(rv)
             if transform is not None:
                 value = transform.backward(pt.as_tensor(value), *rv.owner.inputs).eval()
-            values[rv.name] = np.asarray(point.get(rv.name, value), dtype=float)
+            values[rv.name] = np.asarray(value, dtype=float)
         names = ["log_coef"] + (["log_coef_draft"] if "log_coef_draft" in m.named_vars else [])
         names += ["alpha"] if "alpha" in m.named_vars else []
         log_mu = m["latency"].owner.inputs[2]  # LogNormal(rng, size, mu, sigma)

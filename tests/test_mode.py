@@ -100,6 +100,15 @@ def test_nutpie_density_serves_every_whitening_of_one_compile(searched):
         np.testing.assert_allclose(
             density.point(x)["log_coef"], graph.point(x)["log_coef"], rtol=1e-10
         )
+    # its callbacks release the GIL: the Hessian's differences on two threads are the same
+    from specbayes.mode import block_hessian
+    from specbayes.model import _blocks
+
+    z, blocks = density.slices["z"][0], _blocks(lm.design)[1]
+    np.testing.assert_array_equal(
+        block_hessian(density.objective, x, z, blocks, threads=2),
+        block_hessian(density.objective, x, z, blocks, threads=1),
+    )
     # the data of the first model differ from the second's: the checks above were not vacuous
     assert not np.allclose(
         lm.whitening_data()["whitening_factor"], lm2.whitening_data()["whitening_factor"]
