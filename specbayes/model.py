@@ -232,6 +232,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import optimize
+from threadpoolctl import threadpool_limits
 
 from specbayes import laws
 
@@ -616,6 +617,7 @@ def forward_numpy(
     moe: bool = False,
     converged: bool = True,
     wall_softness: float = 0.0,
+    passes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Mean latency and utilisation of rows, given per-row coefficients (numpy, broadcasting).
 
@@ -638,6 +640,9 @@ def forward_numpy(
         The graph's soft curved wall (:data:`WALL_SOFTNESS`), for the whitening's slopes at
         the least-squares point; 0 (exact law, ``inf`` past the wall) for the least-squares
         passes and predictions. Not with ``moe`` and ``converged``.
+    passes : ndarray, optional
+        The rows' verifier passes :func:`laws.verifier_passes` (of ``g``, ``alpha`` and
+        ``k``) where the caller has them already; computed here if not given.
 
     Returns
     -------
@@ -648,24 +653,15 @@ def forward_numpy(
     z = np.zeros(1)
     get = coef.get
     k, g = rows["k"], rows["g"]
+    w = laws.verifier_passes(g, alpha, k) if passes is None else passes
     knee_v, knee_d = get("knee_verifier", np.inf), get("knee_drafter", np.inf)
-    c3 = laws.effective_curvature(
-        get("c2p", z), get("c2v", z), get("c2d", z), g, alpha, k, knee_v, knee_d
-    )
-    c1, c2 = laws.effective_costs(
-        get("c1p", z),
-        get("c1v", z),
-        get("c1d", z),
-        get("c2p", z),
-        get("c2v", z),
-        get("c2d", z),
-        g,
-        alpha,
-        k,
-    )
+    # laws.effective_curvature and laws.effective_costs, with the passes w computed once
+    c2p, c2v, c2d = get("c2p", z), get("c2v", z), get("c2d", z)
+    c3 = laws.batch_curvature(laws.cycle_cost(c2p, w, c2v), w * k * c2d, knee_v, knee_d)
+    c1 = laws.cycle_cost(get("c1p", z), w, laws.pass_cost(get("c1v", z), get("c1d", z), k))
+    c2 = laws.cycle_cost(c2p, w, laws.pass_cost(c2v, c2d, k))
     closed = rows["closed"] > 0
     if moe:
-        w = g / laws.expected_tokens(alpha, k)
         c1s, c2s = w * get("c1s", z), w * get("c2s", z)
         c3s = c2s / knee_v  # the expert part of a verifier pass has the verifier's knee
         big_m = 1.0
@@ -796,31 +792,42 @@ def _blocks(design: Design):
     return (base_index, draft_index, alpha_index), blocks, block_of, row_block, is_alpha
 
 
+def _row_slots(design: Design, base_index, draft_index, alpha_index, rows_sel) -> dict:
+    """Flat theta index of each row's coefficients and latent alpha (``-1``: the row has
+    none; ``alpha`` only where there are latent alphas)."""
+    r = design.rows
+    u, du = r["unit"][rows_sel], r["dunit"][rows_sel]
+    idx = {}
+    for j, name in enumerate(design.base_coefs):
+        idx[name] = base_index[u, j]
+    for j, name in enumerate(design.draft_coefs):
+        slot = draft_index[np.maximum(du, 0), j] if len(draft_index) else 0
+        idx[name] = np.where(du >= 0, slot, -1)
+    if len(alpha_index):
+        ak = r["akey"][rows_sel]
+        idx["alpha"] = np.where(ak >= 0, alpha_index[np.maximum(ak, 0)], -1)
+    return idx
+
+
 def _row_coefs(
     theta: np.ndarray, design: Design, base_index, draft_index, alpha_index, rows_sel
 ) -> tuple[dict, np.ndarray, dict]:
     """Per-row coefficients and alpha from a flat theta; also the flat index of each."""
     r = design.rows
-    u = r["unit"][rows_sel]
-    du = r["dunit"][rows_sel]
-    ak = r["akey"][rows_sel]
-    coef, idx = {}, {}
-    for j, name in enumerate(design.base_coefs):
-        idx[name] = base_index[u, j]
+    idx = _row_slots(design, base_index, draft_index, alpha_index, rows_sel)
+    coef = {}
+    for name in design.base_coefs:
         coef[name] = np.exp(theta[idx[name]])
-    for j, name in enumerate(design.draft_coefs):
-        has = du >= 0
-        idx[name] = np.where(has, draft_index[np.maximum(du, 0), j] if len(draft_index) else 0, -1)
-        coef[name] = np.where(has, np.exp(theta[np.maximum(idx[name], 0)]), 0.0)
+    for name in design.draft_coefs:
+        coef[name] = np.where(idx[name] >= 0, np.exp(theta[np.maximum(idx[name], 0)]), 0.0)
     a_p = r["a_p"][rows_sel]
     for name in ("c1p", "c2p"):
         coef[name] = coef[name] * a_p
     coef["knee_verifier"] = r["knee_verifier"][rows_sel]
     coef["knee_drafter"] = r["knee_drafter"][rows_sel]
     alpha = r["alpha"][rows_sel].copy()
-    if len(alpha_index):
-        has = ak >= 0
-        idx["alpha"] = np.where(has, alpha_index[np.maximum(ak, 0)], -1)
+    if "alpha" in idx:
+        has = idx["alpha"] >= 0
         alpha = np.where(has, _sigmoid(theta[np.maximum(idx["alpha"], 0)]), alpha)
     return coef, alpha, idx
 
@@ -856,95 +863,172 @@ def _graph_softness(design: Design) -> float:
     return WALL_SOFTNESS if design.model_name in CURVED_LEVELS else 0.0
 
 
+@dataclass
+class _BlockPoint:
+    """One evaluation of :meth:`_BlockRows.point`: per-row coefficients, alpha, expected
+    tokens ``e`` and verifier passes ``w``, mean latency ``mu``, utilisation ``x``, the rows
+    past the wall (``bad``) and the log residuals ``res``."""
+
+    coef: dict
+    alpha: np.ndarray
+    e: np.ndarray
+    w: np.ndarray
+    mu: np.ndarray
+    x: np.ndarray
+    bad: np.ndarray
+    res: np.ndarray
+
+
+class _BlockRows:
+    """Residuals of some rows and their Jacobian in some parameters (see
+    :func:`_residual_jacobian`), with what does not depend on theta worked out once.
+
+    That is the rows' data, the flat theta slots their coefficients read (gathered once per
+    evaluation), where each (row, coefficient) lands in the Jacobian and, unless alpha is
+    latent, alpha, the expected tokens and the verifier passes. The least-squares passes
+    evaluate one block's rows a few hundred times per solve.
+    """
+
+    def __init__(self, design: Design, layout, rows_sel, params, softness: float = 0.0):
+        self.coefs = design.coefs
+        self.moe = design.model_name == "moe"
+        self.softness = softness
+        self.n_rows = len(rows_sel)
+        self.rows = rows = _sub(design.rows, rows_sel)
+        self.log_latency = np.log(rows["latency"])
+        idx = _row_slots(design, *layout, rows_sel)
+        self.alpha_slot = idx.get("alpha")
+        # coefficient of (row, name) = [exp(theta[slots]), 0][take[name]] (0: no such slot)
+        self.slots = np.unique(np.concatenate([idx[name] for name in self.coefs]))
+        self.slots = self.slots[self.slots >= 0]
+        self.take = {
+            name: np.where(idx[name] >= 0, np.searchsorted(self.slots, idx[name]), len(self.slots))
+            for name in self.coefs
+        }
+        if self.alpha_slot is None:
+            self.alpha = rows["alpha"].copy()
+            self.e = laws.expected_tokens(self.alpha, rows["k"])
+            self.w = rows["g"] / self.e
+        # flat theta index -> column of the Jacobian (-1: not one of the parameters); per
+        # name the rows with a column and their flat positions in the (row, column) matrix
+        params = np.asarray(params, dtype=np.int64)
+        self.n_params = len(params)
+        size = 1 + max(int(np.max(a, initial=-1)) for a in (params, *idx.values()))
+        columns = np.full(size, -1, dtype=np.int64)
+        columns[params] = np.arange(len(params))
+        self.scatter = {}
+        for name in (*self.coefs, "alpha"):
+            if name not in idx:
+                continue
+            col = np.where(idx[name] >= 0, columns[idx[name]], -1)
+            at = np.flatnonzero(col >= 0)
+            self.scatter[name] = (at, at * self.n_params + col[at])
+
+    def point(self, theta: np.ndarray) -> _BlockPoint:
+        """The rows' coefficients, mean latency and residuals at a flat ``theta``."""
+        rows = self.rows
+        value = np.append(np.exp(theta[self.slots]), 0.0)
+        coef = {name: value[self.take[name]] for name in self.coefs}
+        for name in ("c1p", "c2p"):
+            coef[name] = coef[name] * rows["a_p"]
+        coef["knee_verifier"] = rows["knee_verifier"]
+        coef["knee_drafter"] = rows["knee_drafter"]
+        if self.alpha_slot is None:
+            alpha, e, w = self.alpha, self.e, self.w
+        else:
+            has = self.alpha_slot >= 0
+            logit = theta[np.maximum(self.alpha_slot, 0)]
+            alpha = np.where(has, _sigmoid(logit), rows["alpha"])
+            e = laws.expected_tokens(alpha, rows["k"])
+            w = rows["g"] / e
+        mu, x = forward_numpy(
+            coef, rows, alpha, moe=self.moe, converged=False, wall_softness=self.softness, passes=w
+        )
+        bad = ~np.isfinite(mu) | (x >= 1.0 - 1e-9)
+        with np.errstate(all="ignore"):
+            res = self.log_latency - np.log(mu)
+        return _BlockPoint(coef, alpha, e, w, mu, x, bad, res)
+
+    def jacobian(self, pt: _BlockPoint) -> np.ndarray:
+        """The Jacobian of ``pt``'s log mean latency in the parameters, (rows, params).
+
+        Gauss–Newton form: the MoE coverage phi is held at its current value.
+        """
+        rows, coef, alpha, e, w, mu = self.rows, pt.coef, pt.alpha, pt.e, pt.w, pt.mu
+        kv, kd = coef["knee_verifier"], coef["knee_drafter"]
+        k, g = rows["k"], rows["g"]
+        closed = rows["closed"] > 0
+        zero = np.zeros_like(w)
+        # the verifier pass's part of C1 and C2 per pass (with MoE, at the coverage phi)
+        c1_pass = coef["c1v"] + k * coef.get("c1d", zero)
+        c2_pass = coef["c2v"]
+        if self.moe:
+            phi = np.where(
+                closed,
+                laws.expert_coverage(rows["conc"] * (k + 1.0), rows["m_ratio"], 1.0),
+                laws.expert_coverage(laws.routed_tokens(rows["rps"], mu, k), rows["m_ratio"], 1.0),
+            )
+            phi = np.where(np.isfinite(phi), phi, 1.0)
+            c1_pass = c1_pass + phi * coef["c1s"]
+            c2_pass = c2_pass + phi * coef["c2s"]
+        wk = w * k
+        c1 = coef["c1p"] + w * c1_pass
+        c2v_part = coef["c2p"] + w * c2_pass
+        c2d_part = wk * coef.get("c2d", zero)
+        c2 = c2v_part + c2d_part
+        c3 = laws.batch_curvature(c2v_part, c2d_part, kv, kd)
+        conc = rows["conc"]
+        # d log mu / d (C1, C2, C3): open loop through the (soft-walled) quadratic root of
+        # laws.latency, closed loop mu = C1 + N C2 + N^2 C3
+        o1, o2, o3 = laws.latency_sensitivities(
+            rows["rps"], c1, c2, c3, wall_softness=self.softness
+        )
+        with np.errstate(all="ignore"):
+            d1 = np.where(closed, 1.0 / mu, o1)
+            d2 = np.where(closed, conc / mu, o2)
+            d3 = np.where(closed, conc**2 / mu, o3)
+            d2v = d2 + d3 / kv  # through C2's verifier part, which also sets C3
+            d2d = d2 + d3 / kd
+        # d log mu / d log coefficient = slope * weight * coefficient (weight None: 1)
+        ws = w * phi if self.moe else None
+        weights = {
+            "c1p": (d1, None),
+            "c1v": (d1, w),
+            "c1d": (d1, wk),
+            "c1s": (d1, ws),
+            "c2p": (d2v, None),
+            "c2v": (d2v, w),
+            "c2d": (d2d, wk),
+            "c2s": (d2v, ws),
+        }
+        jac = np.zeros(self.n_rows * self.n_params)
+        for name in self.coefs:
+            d, a = weights[name]
+            at, flat = self.scatter[name]
+            jac[flat] = (d * coef[name] if a is None else d * a * coef[name])[at]
+        at, flat = self.scatter.get("alpha", ((), ()))
+        if len(at):
+            eps = 1e-6
+            a0 = np.clip(alpha, 1e-6, 1 - 1e-6)
+            de = (laws.expected_tokens(a0 + eps, k) - laws.expected_tokens(a0 - eps, k)) / (2 * eps)
+            dw = -g * de / e**2 * a0 * (1 - a0)
+            dlogmu_dw = d1 * c1_pass + d2v * c2_pass + d2d * k * coef.get("c2d", zero)
+            jac[flat] = (dlogmu_dw * dw)[at]
+        return jac.reshape(self.n_rows, self.n_params)
+
+
 def _residual_jacobian(theta, design, layout, rows_sel, params, softness=0.0, jacobian=True):
     """Residuals log(L_obs) - log(mu) and their Jacobian in the block's parameters.
 
     Gauss–Newton form: the MoE coverage phi is held at its current value. ``softness``: the
     curved wall of the law (0: exact, as the least-squares passes fit it; the whitening
     takes the graph's soft wall, whose slopes stay finite at a point on the exact wall).
-    ``jacobian=False`` skips the Jacobian (returned as ``None``).
+    ``jacobian=False`` skips the Jacobian (returned as ``None``). :class:`_BlockRows` holds
+    the work that does not depend on theta, for repeated evaluations.
     """
-    base_index, draft_index, alpha_index = layout
-    coef, alpha, idx = _row_coefs(theta, design, base_index, draft_index, alpha_index, rows_sel)
-    rows = _sub(design.rows, rows_sel)
-    moe = design.model_name == "moe"
-    mu, x = forward_numpy(coef, rows, alpha, moe=moe, converged=False, wall_softness=softness)
-    bad = ~np.isfinite(mu) | (x >= 1.0 - 1e-9)
-    if not jacobian:
-        with np.errstate(all="ignore"):
-            return np.log(rows["latency"]) - np.log(mu), None, bad, x
-    kv, kd = coef["knee_verifier"], coef["knee_drafter"]
-    k, g = rows["k"], rows["g"]
-    e = laws.expected_tokens(alpha, k)
-    w = g / e
-    closed = rows["closed"] > 0
-    if moe:
-        phi = np.where(
-            closed,
-            laws.expert_coverage(rows["conc"] * (k + 1.0), rows["m_ratio"], 1.0),
-            laws.expert_coverage(laws.routed_tokens(rows["rps"], mu, k), rows["m_ratio"], 1.0),
-        )
-        phi = np.where(np.isfinite(phi), phi, 1.0)
-    else:
-        phi = np.zeros_like(w)
-    zero = np.zeros_like(w)
-    c1 = coef["c1p"] + w * (coef["c1v"] + k * coef.get("c1d", zero) + phi * coef.get("c1s", zero))
-    c2v_part = coef["c2p"] + w * (coef["c2v"] + phi * coef.get("c2s", zero))
-    c2d_part = w * k * coef.get("c2d", zero)
-    c2 = c2v_part + c2d_part
-    c3 = laws.batch_curvature(c2v_part, c2d_part, kv, kd)
-    conc = rows["conc"]
-    # d log mu / d (C1, C2, C3): open loop through the (soft-walled) quadratic root of
-    # laws.latency, closed loop mu = C1 + N C2 + N^2 C3
-    o1, o2, o3 = laws.latency_sensitivities(rows["rps"], c1, c2, c3, wall_softness=softness)
-    with np.errstate(all="ignore"):
-        d1 = np.where(closed, 1.0 / mu, o1)
-        d2 = np.where(closed, conc / mu, o2)
-        d3 = np.where(closed, conc**2 / mu, o3)
-        d2v = d2 + d3 / kv  # through C2's verifier part, which also sets C3
-        d2d = d2 + d3 / kd
-    weights = {
-        "c1p": (d1, 1.0),
-        "c1v": (d1, w),
-        "c1d": (d1, w * k),
-        "c1s": (d1, w * phi),
-        "c2p": (d2v, 1.0),
-        "c2v": (d2v, w),
-        "c2d": (d2d, w * k),
-        "c2s": (d2v, w * phi),
-    }
-    # flat parameter index -> column of the Jacobian (-1: not one of the block's parameters)
-    columns = np.full(len(theta), -1, dtype=np.int64)
-    columns[np.asarray(params, dtype=np.int64)] = np.arange(len(params))
-    jac = np.zeros((len(rows_sel), len(params)))
-    ridx = np.arange(len(rows_sel))
-    for name in design.coefs:
-        d, a = weights[name]
-        col = idx[name]
-        val = d * a * coef[name]
-        has = col >= 0
-        local = columns[col[has]]
-        ok = local >= 0
-        np.add.at(jac, (ridx[has][ok], local[ok]), val[has][ok])
-    if "alpha" in idx:
-        has = idx["alpha"] >= 0
-        if has.any():
-            eps = 1e-6
-            a0 = np.clip(alpha, 1e-6, 1 - 1e-6)
-            de = (laws.expected_tokens(a0 + eps, k) - laws.expected_tokens(a0 - eps, k)) / (2 * eps)
-            dw = -g * de / e**2 * a0 * (1 - a0)
-            dlogmu_dw = (
-                d1 * (coef["c1v"] + k * coef.get("c1d", zero) + phi * coef.get("c1s", zero))
-                + d2v * (coef["c2v"] + phi * coef.get("c2s", zero))
-                + d2d * k * coef.get("c2d", zero)
-            )
-            val = dlogmu_dw * dw
-            local = columns[idx["alpha"][has]]
-            ok = local >= 0
-            np.add.at(jac, (ridx[has][ok], local[ok]), val[has][ok])
-    with np.errstate(all="ignore"):
-        res = np.log(rows["latency"]) - np.log(mu)
-    return res, jac, bad, x
+    block = _BlockRows(design, layout, rows_sel, params, softness)
+    pt = block.point(theta)
+    return pt.res, block.jacobian(pt) if jacobian else None, pt.bad, pt.x
 
 
 def _knee_tables(design: Design, priors: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -1374,54 +1458,62 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
         members = blocks[b]
         rows_sel = np.flatnonzero(row_block == b)
         scale = row_scale[rows_sel]
+        block = _BlockRows(design, layout, rows_sel, members)
+        ridge = np.diag(weight)
+        last: dict = {}  # the latest point: trf takes the Jacobian where it evaluated last
+
+        def point(p):
+            if "p" not in last or not np.array_equal(last["p"], p):
+                th = theta.copy()
+                th[members] = p
+                last["p"], last["pt"] = p.copy(), block.point(th)
+            return last["pt"]
 
         def fun(p):
-            th = theta.copy()
-            th[members] = p
-            res, _, bad, _ = _residual_jacobian(
-                th, design, layout, rows_sel, members, jacobian=False
-            )
-            res = np.where(bad, 1e3, res / scale)
+            pt = point(p)
+            res = np.where(pt.bad, 1e3, pt.res / scale)
             return np.concatenate([res, weight * (p - target)])
 
         def jac(p):
-            th = theta.copy()
-            th[members] = p
-            _, jm, bad, _ = _residual_jacobian(th, design, layout, rows_sel, members)
+            pt = point(p)
+            jm = block.jacobian(pt)
             # a row on the exact curved wall has unbounded slopes: no step direction from it
-            bad = bad | ~np.isfinite(jm).all(axis=1)
+            bad = pt.bad | ~np.isfinite(jm).all(axis=1)
             jm = np.where(bad[:, None], 0.0, -jm / scale[:, None])
-            return np.vstack([jm, np.diag(weight)])
+            return np.vstack([jm, ridge])
 
         start = theta[members]
-        _, _, bad0, _ = _residual_jacobian(theta, design, layout, rows_sel, members, jacobian=False)
-        if bad0.any():  # new knees can put the block's last point past the curved wall
-            start = feasible_start[members]
+        if block.point(theta).bad.any():  # new knees can put the block's last point past
+            start = feasible_start[members]  # the curved wall
         sol = least_squares(fun, start, jac=jac, method="trf", x_scale="jac", max_nfev=200)
-        th = theta.copy()
-        th[members] = sol.x
-        res, _, bad, x = _residual_jacobian(th, design, layout, rows_sel, members, jacobian=False)
-        if bad.any():
+        pt = point(sol.x)
+        if pt.bad.any():
             raise RuntimeError(f"least-squares start infeasible in block {b}")
         theta[members] = sol.x
-        residuals[rows_sel] = res / scale
-        utilisation[rows_sel] = x
+        residuals[rows_sel] = pt.res / scale
+        utilisation[rows_sel] = pt.x
+
+    def solve_pass(target: np.ndarray, weight: np.ndarray) -> None:
+        """Every block toward ``target`` with ridge ``weight`` (flat vectors; a block's rows
+        read only its own parameters, so the blocks of a pass are independent)."""
+        # one BLAS thread: the blocks' small SVDs and products only lose on more (on two,
+        # beside another busy process on 2 cores, the passes took 16-18x as long)
+        with threadpool_limits(limits=1, user_api="blas"):
+            for b, members in enumerate(blocks):
+                solve(b, target[members], weight[members])
 
     # pass 1: plain least squares per block (a tiny ridge keeps unseen directions put), at
     # the prior knees; then the knees given the units, and pass 1 again at those knees
     knees = _knee_prior_rows(design, priors)
-    for b, members in enumerate(blocks):
-        solve(b, theta[members].copy(), np.full(len(members), 1e-3))
+    solve_pass(theta.copy(), np.full(len(theta), 1e-3))
     curved = design.model_name in CURVED_LEVELS
     if curved:
         knees = _config_knees(design, theta, layout, priors)
-        for b, members in enumerate(blocks):
-            solve(b, theta[members].copy(), np.full(len(members), 1e-3))
+        solve_pass(theta.copy(), np.full(len(theta), 1e-3))
     for _ in range(KNEE_ALTERNATIONS if curved else 0):
         previous = np.concatenate([np.ravel(k) for k in knees])
         knees = _fit_knees(design, theta, layout, priors)
-        for b, members in enumerate(blocks):
-            solve(b, theta[members].copy(), np.full(len(members), 1e-3))
+        solve_pass(theta.copy(), np.full(len(theta), 1e-3))
         change = np.abs(np.concatenate([np.ravel(k) for k in knees]) - previous)
         if np.nanmax(change, initial=0.0) < 0.02:
             break
@@ -1435,8 +1527,7 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     for _ in range(2):
         sig = float(max(np.sqrt(np.mean(residuals**2)), 1e-3))
         target = _pooled_location(design, theta, base_index, draft_index, alpha_index, priors)
-        for b, members in enumerate(blocks):
-            solve(b, target[members], sig / prior_sd[members])
+        solve_pass(target, sig / prior_sd)
     sigma_hat = float(max(np.sqrt(np.mean(residuals**2)), 1e-3))
     return whitening(design, theta, row_scale, sigma_hat, gamma_hat, knees, priors)
 
