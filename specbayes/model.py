@@ -1424,6 +1424,13 @@ def from_share(phi, pa, pb, lwa, lwb, xp=np):
     return xp.set_subtensor(out[pb], tb)
 
 
+# One BLAS thread: the blocks' small SVDs and products only lose on more (on two, beside
+# another busy process on 2 cores, the passes took 16-18x as long), and the result does not
+# depend on the machine's thread count — it does otherwise: the knee fits differ by ~1e-8
+# between one and two threads, and blocks the trust region leaves unconverged at
+# ``max_nfev`` carry that to 215 of 1,472 reference slots moving by more than 0.01 on the
+# paper's dense verifiers.
+@threadpool_limits.wrap(limits=1, user_api="blas")
 def least_squares_reference(design: Design, priors: dict | None = None) -> Parametrisation:
     """Per-block least squares (log scale) and the Gauss–Newton whitening around it.
 
@@ -1496,11 +1503,8 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     def solve_pass(target: np.ndarray, weight: np.ndarray) -> None:
         """Every block toward ``target`` with ridge ``weight`` (flat vectors; a block's rows
         read only its own parameters, so the blocks of a pass are independent)."""
-        # one BLAS thread: the blocks' small SVDs and products only lose on more (on two,
-        # beside another busy process on 2 cores, the passes took 16-18x as long)
-        with threadpool_limits(limits=1, user_api="blas"):
-            for b, members in enumerate(blocks):
-                solve(b, target[members], weight[members])
+        for b, members in enumerate(blocks):
+            solve(b, target[members], weight[members])
 
     # pass 1: plain least squares per block (a tiny ridge keeps unseen directions put), at
     # the prior knees; then the knees given the units, and pass 1 again at those knees
