@@ -362,6 +362,8 @@ class NutpieDensity(_Density):
     threads.
     """
 
+    thread_safe = True
+
     def __init__(self, lm: LatencyModel):
         import nutpie
 
@@ -371,7 +373,6 @@ class NutpieDensity(_Density):
         n_free = len(self.model.free_RVs)
         self._all = list(zip(names, slices, shapes, strict=True))
         self.slices = {name: (where, tuple(shape)) for name, where, shape in self._all[:n_free]}
-        self.thread_safe = True
         self._logp = self.compiled.compiled_logp_func.ctypes
         self._expand = self.compiled.compiled_expand_func.ctypes
         self.use(lm)
