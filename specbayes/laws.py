@@ -498,6 +498,7 @@ def effective_costs(
     decode: Any,
     alpha: Any,
     k: Any,
+    passes: Any = None,
 ) -> tuple[Any, Any]:
     r"""Effective :math:`(C_1, C_2)` of a speculative configuration (cycle decomposition).
 
@@ -521,12 +522,16 @@ def effective_costs(
         Per-token acceptance probability (ignored where ``k = 0``).
     k : array_like
         Draft length.
+    passes : array_like, optional
+        :func:`verifier_passes` of ``decode``, ``alpha``, ``k`` where the caller has them
+        already (computed here if not given).
 
     Returns
     -------
     (C1, C2) : tuple of ndarray
     """
-    passes = verifier_passes(decode, alpha, k)
+    if passes is None:
+        passes = verifier_passes(decode, alpha, k)
     c1 = cycle_cost(c1p, passes, pass_cost(c1v, c1d, k))
     c2 = cycle_cost(c2p, passes, pass_cost(c2v, c2d, k))
     return c1, c2
@@ -570,11 +575,14 @@ def effective_curvature(
     k: Any,
     knee_verifier: Any,
     knee_drafter: Any,
+    passes: Any = None,
 ) -> Any:
     r""":func:`batch_curvature` of a configuration, with :math:`C_2` split as in
     :func:`effective_costs`: :math:`C_{2,v} = c_{2p} + w\,c_{2v}`,
-    :math:`C_{2,d} = w\,k\,c_{2d}`, :math:`w = g/E(\alpha, k)`."""
-    passes = verifier_passes(decode, alpha, k)
+    :math:`C_{2,d} = w\,k\,c_{2d}`, :math:`w = g/E(\alpha, k)` (``passes``, computed
+    here if not given)."""
+    if passes is None:
+        passes = verifier_passes(decode, alpha, k)
     return batch_curvature(
         cycle_cost(c2p, passes, c2v), passes * k * c2d, knee_verifier, knee_drafter
     )

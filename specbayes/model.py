@@ -655,11 +655,11 @@ def forward_numpy(
     k, g = rows["k"], rows["g"]
     w = laws.verifier_passes(g, alpha, k) if passes is None else passes
     knee_v, knee_d = get("knee_verifier", np.inf), get("knee_drafter", np.inf)
-    # laws.effective_curvature and laws.effective_costs, with the passes w computed once
     c2p, c2v, c2d = get("c2p", z), get("c2v", z), get("c2d", z)
-    c3 = laws.batch_curvature(laws.cycle_cost(c2p, w, c2v), w * k * c2d, knee_v, knee_d)
-    c1 = laws.cycle_cost(get("c1p", z), w, laws.pass_cost(get("c1v", z), get("c1d", z), k))
-    c2 = laws.cycle_cost(c2p, w, laws.pass_cost(c2v, c2d, k))
+    c3 = laws.effective_curvature(c2p, c2v, c2d, g, alpha, k, knee_v, knee_d, passes=w)
+    c1, c2 = laws.effective_costs(
+        get("c1p", z), get("c1v", z), get("c1d", z), c2p, c2v, c2d, g, alpha, k, passes=w
+    )
     closed = rows["closed"] > 0
     if moe:
         c1s, c2s = w * get("c1s", z), w * get("c2s", z)
