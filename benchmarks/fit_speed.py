@@ -82,13 +82,18 @@ def time_curve_fit(table) -> float:
     return time.perf_counter() - t0
 
 
-def time_bayes(table, model: str, config: dict) -> dict:
+def time_bayes(table, model: str, config: dict, save: Path | None = None) -> dict:
     from specbayes.fit import fit
 
     t0 = time.perf_counter()
     f = fit(table, model=model, sampler_config=config, progress=False)
     wall = time.perf_counter() - t0
     s = f.summary()
+    worst = f.diagnostics().sort_values("ess_bulk").head(5)
+    print("worst-mixing variables:\n" + worst.to_string(index=False), flush=True)
+    if save is not None:
+        f.save(save)
+        print(f"fit saved to {save}", flush=True)
     ss = f.idata.sample_stats
     s.update(
         wall_s=wall,
@@ -99,6 +104,13 @@ def time_bayes(table, model: str, config: dict) -> dict:
         mean_steps=float(ss["n_steps"].mean()),
     )
     return s
+
+
+def _save_path(folder: Path | None, case: str, model: str, repeat: int) -> Path | None:
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{case}_{model}_{repeat}.nc"
 
 
 def main() -> None:
@@ -116,6 +128,7 @@ def main() -> None:
     parser.add_argument("--target-accept", type=float, default=None)
     parser.add_argument("--start", choices=("auto", "least_squares", "mode"), default=None)
     parser.add_argument("--write", action="store_true", help="append to benchmarks/fit_speed.md")
+    parser.add_argument("--save-dir", type=Path, default=None, help="save each fit here (netCDF)")
     args = parser.parse_args()
     from specbayes.data import validate_sweeps
 
@@ -132,7 +145,10 @@ def main() -> None:
         df = load_case(case)
         table = validate_sweeps(df, allow_unknown_alpha=args.model != "dense")
         cf = [time_curve_fit(table) for _ in range(args.repeats)]
-        runs = [time_bayes(table, args.model, config) for _ in range(args.repeats)]
+        runs = [
+            time_bayes(table, args.model, config, _save_path(args.save_dir, case, args.model, i))
+            for i in range(args.repeats)
+        ]
         med = {
             k: statistics.median(r[k] for r in runs)
             for k in (

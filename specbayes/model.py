@@ -960,7 +960,7 @@ class _BlockRows:
         closed = rows["closed"] > 0
         zero = np.zeros_like(w)
         # the verifier pass's part of C1 and C2 per pass (with MoE, at the coverage phi)
-        c1_pass = coef["c1v"] + k * coef.get("c1d", zero)
+        c1_pass = laws.pass_cost(coef["c1v"], coef.get("c1d", zero), k)
         c2_pass = coef["c2v"]
         if self.moe:
             phi = np.where(
@@ -972,8 +972,8 @@ class _BlockRows:
             c1_pass = c1_pass + phi * coef["c1s"]
             c2_pass = c2_pass + phi * coef["c2s"]
         wk = w * k
-        c1 = coef["c1p"] + w * c1_pass
-        c2v_part = coef["c2p"] + w * c2_pass
+        c1 = laws.cycle_cost(coef["c1p"], w, c1_pass)
+        c2v_part = laws.cycle_cost(coef["c2p"], w, c2_pass)
         c2d_part = wk * coef.get("c2d", zero)
         c2 = c2v_part + c2d_part
         c3 = laws.batch_curvature(c2v_part, c2d_part, kv, kd)
