@@ -20,9 +20,11 @@ For each case it measures, in the same process and on the same validated rows,
 Reported numbers are medians over ``--repeats`` runs. Targets (issue 5): demo ≤ 180 s wall
 on 2 cores; paper (≥ 20k rows) within 20× the ``curve_fit`` time.
 
-Cases: ``demo`` and ``paper`` read ``data/<name>.parquet`` when present; ``sim-paper``
-simulates a paper-sized grid from the model itself (2 verifiers × 16 cells × dense + 22
-(alpha, k) pairs × 9 rates ≈ 6.6k rows per verifier) when the simulator's file is absent.
+Cases: ``demo`` and ``paper`` read ``data/<name>.parquet`` when present (``paper-dense`` /
+``paper-moe``: its dense / MoE verifiers); ``real`` the real B200 sweeps in ``data/real``;
+``sim-paper`` simulates a paper-sized grid from the model itself (2 verifiers × 16 cells ×
+dense + 22 (alpha, k) pairs × 9 rates ≈ 6.6k rows per verifier) when the simulator's file is
+absent.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ def load_case(name: str) -> pd.DataFrame:
             is_moe = df["verifier"].map(lambda v: load_model(v).is_moe)
             df = df[is_moe] if name == "paper-moe" else df[~is_moe]
         return df
+    if name == "real":
+        from specbayes.datasets import load_dataset
+
+        return load_dataset("real/speculators_qwen3.8-27b_b200_sweeps.csv")
     if name == "sim-paper":
         from specbayes.model import simulate_sweeps
 
@@ -118,7 +124,7 @@ def main() -> None:
     parser.add_argument(
         "--cases",
         default="demo",
-        help="comma list: demo, paper, paper-dense, paper-moe, sim-paper",
+        help="comma list: demo, paper, paper-dense, paper-moe, real, sim-paper",
     )
     parser.add_argument("--model", default="sd")
     parser.add_argument("--repeats", type=int, default=3)

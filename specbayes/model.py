@@ -474,8 +474,8 @@ def build_design(data: pd.DataFrame, model_name: str) -> Design:
     Raises
     ------
     ValueError
-        No rows; or no configuration with two distinct load levels (C1 and C2 cannot be
-        separated).
+        No rows; no configuration with two distinct load levels (C1 and C2 cannot be
+        separated); or, for ``moe``, a verifier without expert routing.
     """
     if model_name not in COEFFICIENTS:
         raise ValueError(f"unknown model {model_name!r}; choose one of {sorted(COEFFICIENTS)}")
@@ -552,6 +552,17 @@ def build_design(data: pd.DataFrame, model_name: str) -> Design:
         df["decode"].to_numpy(dtype=float), known_alpha, df["k"].to_numpy(dtype=float)
     )
     experts = {v: _experts_of(v, df) for v in verifiers}
+    dense_verifiers = [v for v in verifiers if experts[v][0] <= 0]
+    if model_name == "moe" and dense_verifiers:
+        # phi = 0 leaves c1s, c2s without data while their pairs' totals and shares still
+        # carry c1v, c2v: a curved ridge (the demo's two dense verifiers: 207 divergences,
+        # R-hat 1.08, bulk ESS 39)
+        raise ValueError(
+            f"the moe model fits MoE verifiers only; {', '.join(dense_verifiers)} "
+            f"{'has' if len(dense_verifiers) == 1 else 'have'} no expert routing (no "
+            "experts_per_token / num_experts columns and no MoE catalog entry): fit dense "
+            "verifiers with model='sd'"
+        )
     m_ratio = np.array([experts[v][0] / experts[v][1] for v in df["verifier"]], dtype=float)
     rows = {
         "unit": unit_idx.astype(np.int64),

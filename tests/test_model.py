@@ -459,3 +459,10 @@ def test_feasible_start_keeps_z0_when_feasible_and_moves_saturated_blocks(sd_dat
     np.testing.assert_allclose(theta[block], par.ref[block], atol=1e-8)  # at least squares
     np.testing.assert_array_equal(start["z"][~block], pushed["z"][~block])  # others stay
     assert np.abs(theta0[slot] - par.ref[slot]) > 0.5
+
+
+def test_moe_level_refuses_dense_verifiers(sd_data):
+    """The moe level on verifiers without experts is one clear error naming them."""
+    data, _ = sd_data
+    with pytest.raises(ValueError, match=r"moe model fits MoE verifiers only; V8B .*model='sd'"):
+        build_design(data, "moe")
