@@ -2592,7 +2592,13 @@ class LatencyModel:
             else:
                 # log L = log C1 - log h, open and closed loop alike (laws.log_headroom)
                 log_head = laws.log_headroom(
-                    c1, c2, rps, conc, r["closed"] > 0, c3, wall_softness=WALL_SOFTNESS
+                    c1,
+                    c2,
+                    rps,
+                    conc,
+                    r["closed"] > 0,
+                    c3 if curved else 0.0,  # a level without curvature: the plain law
+                    wall_softness=WALL_SOFTNESS if curved else 0.0,
                 )
                 log_mu = pt.log(c1) - log_head
             sigma_row = sigma0 * pt.exp(-gamma * log_head)
