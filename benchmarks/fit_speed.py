@@ -17,14 +17,17 @@ For each case it measures, in the same process and on the same validated rows,
 * ``curve_fit``: :func:`specbayes.baseline.fit_configurations` — SciPy ``curve_fit`` of
   (C1, C2) per configuration (the paper's method), point estimates only.
 
-Reported numbers are medians over ``--repeats`` runs. Targets (issue 5): demo ≤ 180 s wall
+Reported numbers are medians over ``--repeats`` runs (same sampler seed: the repeats time the
+same chains) or over ``--seeds`` runs (one fit per sampler seed: a health study; each run's
+health is printed too). Targets (issue 5): demo ≤ 180 s wall
 on 2 cores; paper (≥ 20k rows) within 20× the ``curve_fit`` time.
 
 Cases: ``demo`` and ``paper`` read ``data/<name>.parquet`` when present (``paper-dense`` /
 ``paper-moe``: its dense / MoE verifiers); ``real`` the real B200 sweeps in ``data/real``;
-``sim-paper`` simulates a paper-sized grid from the model itself (2 verifiers × 16 cells ×
-dense + 22 (alpha, k) pairs × 9 rates ≈ 6.6k rows per verifier) when the simulator's file is
-absent.
+``sim-multi`` is the slow test's 3 verifiers × 2 GPUs × 2 drafters simulated from the model
+(2,736 rows); ``sim-paper`` simulates a paper-sized grid from the model itself (2 verifiers
+× 16 cells × dense + 22 (alpha, k) pairs × 9 rates ≈ 6.6k rows per verifier) when the
+simulator's file is absent.
 """
 
 from __future__ import annotations
@@ -61,6 +64,16 @@ def load_case(name: str) -> pd.DataFrame:
         from specbayes.datasets import load_dataset
 
         return load_dataset("real/speculators_qwen3.8-27b_b200_sweeps.csv")
+    if name == "sim-multi":
+        from specbayes.model import simulate_sweeps
+
+        df, _ = simulate_sweeps(
+            verifiers={"A": 8e9, "B": 14e9, "C": 32e9},
+            hardware=("H100", "B200"),
+            drafters={"D1": 1e9, "D2": 0.5e9},
+            seed=21,
+        )
+        return df
     if name == "sim-paper":
         from specbayes.model import simulate_sweeps
 
@@ -124,10 +137,15 @@ def main() -> None:
     parser.add_argument(
         "--cases",
         default="demo",
-        help="comma list: demo, paper, paper-dense, paper-moe, real, sim-paper",
+        help="comma list: demo, paper, paper-dense, paper-moe, real, sim-multi, sim-paper",
     )
     parser.add_argument("--model", default="sd")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="comma list of sampler seeds, one fit each (replaces --repeats)",
+    )
     parser.add_argument("--draws", type=int, default=None)
     parser.add_argument("--tune", type=int, default=None)
     parser.add_argument("--chains", type=int, default=None)
@@ -150,11 +168,24 @@ def main() -> None:
     for case in args.cases.split(","):
         df = load_case(case)
         table = validate_sweeps(df, allow_unknown_alpha=args.model != "dense")
-        cf = [time_curve_fit(table) for _ in range(args.repeats)]
-        runs = [
-            time_bayes(table, args.model, config, _save_path(args.save_dir, case, args.model, i))
-            for i in range(args.repeats)
-        ]
+        configs = (
+            [dict(config, seed=int(seed)) for seed in args.seeds.split(",")]
+            if args.seeds
+            else [config] * args.repeats
+        )
+        cf = [time_curve_fit(table) for _ in configs]
+        runs = []
+        for i, cfg in enumerate(configs):
+            runs.append(
+                time_bayes(table, args.model, cfg, _save_path(args.save_dir, case, args.model, i))
+            )
+            r = runs[-1]
+            print(
+                f"run {i + 1}/{len(configs)} (seed {cfg.get('seed', 'default')}): "
+                f"{r['divergences']} divergences, max R-hat {r['max_r_hat']:.2f}, min bulk ESS "
+                f"{r['min_ess_bulk']:.0f}, {r['wall_s']:.0f} s, healthy {r['healthy']}",
+                flush=True,
+            )
         med = {
             k: statistics.median(r[k] for r in runs)
             for k in (
@@ -173,17 +204,17 @@ def main() -> None:
             "case": case,
             "model": args.model,
             "rows": runs[0]["rows"],
-            "repeats": args.repeats,
+            "repeats": len(runs),
             "curve_fit_s": cf_med,
             **med,
             "ratio_to_curve_fit": med["wall_s"] / cf_med,
             "divergences": [r["divergences"] for r in runs],
             "healthy": [r["healthy"] for r in runs],
-            "config": config or "defaults",
+            "config": dict(config, seeds=args.seeds) if args.seeds else config or "defaults",
         }
         print(json.dumps(result, default=str))
         lines.append(
-            f"| {case} | {args.model} | {result['rows']} | {args.repeats} | "
+            f"| {case} | {args.model} | {result['rows']} | {len(runs)} | "
             f"{med['wall_s']:.1f} | {med['build_s']:.1f} | {med['mode_s']:.1f} | "
             f"{med['compile_s']:.1f} | {cf_med:.2f} | "
             f"{result['ratio_to_curve_fit']:.1f}× | {med['min_ess_bulk']:.0f} | "
