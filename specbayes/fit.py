@@ -12,8 +12,12 @@ Sampling
 (needs JAX and NumPyro installed; an ImportError-style ``ValueError`` otherwise). One
 ``seed`` feeds the sampler, the posterior predictive draws and the prior draws used for
 unseen cells. A fit with a latent alpha draws :data:`LATENT_ALPHA_DRAWS` per chain unless
-``draws`` is given (it mixes more slowly). ``start`` chooses where the chains start and
-in which coordinates they move:
+``draws`` is given (it mixes more slowly). A fit whose least-squares reference resolves a
+drafter coefficient in no drafter unit (each drafter swept at one draft length, as in the
+real B200 sweeps) samples with :data:`HIDDEN_DRAFT_SETTINGS` — from the mode, at a target
+acceptance of 0.99, 3000 draws per chain — unless ``sampler_config`` sets those keys; the
+config lists the coefficients no unit resolves (``unresolved``). ``start`` chooses where
+the chains start and in which coordinates they move:
 
 * ``"least_squares"``: the deterministic least-squares point of
   :func:`specbayes.model.least_squares_reference` (``z = 0``, moved where a row would be
@@ -75,6 +79,7 @@ from specbayes.model import (
     pair_name,
     pooled_coefs,
     pooled_pairs,
+    unresolved_coefficients,
 )
 
 __all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "Fit", "fit", "load_fit"]
@@ -115,6 +120,21 @@ MODE_START_LEVELS = ("moe",)
 #: slowly — bulk ESS ~320 of 4 x 1000 draws on the latent-alpha simulation (seed 21; 3000
 #: tuning steps did not change it), so the default doubles the draws to keep ESS >= 400.
 LATENT_ALPHA_DRAWS = 2000
+
+#: Sampler settings (over the defaults, unless ``sampler_config`` sets them) when the
+#: least-squares reference resolves a drafter coefficient in no drafter unit
+#: (:func:`specbayes.model.unresolved_coefficients`) — each drafter swept at one draft length
+#: k, as in the real B200 sweeps: a cycle's fixed cost is then split between the prefill
+#: (``c1p``) and the draft passes (``c1d``) by the hierarchy alone. The reference leaves
+#: ``c1d`` where a flat direction drifted (e^-11.5 s there, 3.4 log units below the posterior
+#: mode, so the ``mu`` prior and the whitening were centred at a point of no mass), and the
+#: posterior's ridge bends sharply where ``c1d`` -> 0 and ``c1p`` takes the whole fixed cost.
+#: Measured on those sweeps (``benchmarks/fit_speed.py --cases real --seeds ...``): at the
+#: defaults (least-squares start) 5 divergences, R-hat 1.02, bulk ESS 300 and worse at seeds
+#: 1 and 2; from the mode, 1 divergence at 2 of 8 seeds; from the mode at 0.99, 0 divergences
+#: at all 8 but bulk ESS 361-401 at 2 of them; with 3000 draws as well, healthy at every
+#: seed tried (bulk ESS 851-1070), 40-55 s.
+HIDDEN_DRAFT_SETTINGS: dict[str, Any] = {"start": "mode", "target_accept": 0.99, "draws": 3000}
 
 #: Health thresholds (DESIGN §2): divergences, R-hat and bulk ESS over reported quantities.
 THRESHOLDS: dict[str, float] = {"divergences": 0, "r_hat": 1.01, "ess_bulk": 400}
@@ -288,13 +308,20 @@ def fit(
     cfg = _merge_config(sampler_config)
     data, excluded = _prepare(sweeps, model)
     design = build_design(data, model)
-    if design.latent_alpha and "draws" not in (sampler_config or {}):
+    user = sampler_config or {}
+    if design.latent_alpha and "draws" not in user:
         cfg["draws"] = max(cfg["draws"], LATENT_ALPHA_DRAWS)
+    t0 = time.perf_counter()
+    lm = LatencyModel(design, priors)
+    unresolved = unresolved_coefficients(design, lm.param)
+    hidden_draft = [c for c in unresolved if c in DRAFT_COEFS]
+    if hidden_draft:  # the hierarchy alone places the drafter passes' cost (see the constant)
+        for key, value in HIDDEN_DRAFT_SETTINGS.items():
+            if key not in user:
+                cfg[key] = max(cfg[key], value) if key == "draws" else value
     if cfg["start"] == "auto":
         by_mode = model in MODE_START_LEVELS or len(design.data) >= MODE_START_ROWS
         cfg["start"] = "mode" if by_mode else "least_squares"
-    t0 = time.perf_counter()
-    lm = LatencyModel(design, priors)
     density, compile_s = None, None
     if cfg["start"] == "mode":  # at the posterior mode, in coordinates whitened there
         if cfg["sampler"] == "nutpie":  # one compile for the mode search and the sampler
@@ -314,6 +341,7 @@ def fit(
         "sampler_config": cfg,
         "priors": lm.priors,
         "structure": lm.structure,
+        "unresolved": unresolved,  # coefficients no unit's rows resolve: the priors place them
         "build_s": t_build,  # least squares, mode search, model build (and compile, below)
         "compile_s": compile_s,  # nutpie's compile when the mode search did it, else None
         "mode_search": search.as_dict() if search else None,

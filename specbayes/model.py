@@ -1795,6 +1795,26 @@ def effect_basis(covariate: np.ndarray) -> np.ndarray:
     return q[:, 2:]
 
 
+def unresolved_coefficients(design: Design, param: Parametrisation) -> list[str]:
+    """Coefficients that the least-squares reference resolves in *no* unit (``param.weak``
+    in every unit that carries them).
+
+    Along such a coefficient only the hierarchy decides, and the reference's per-block least
+    squares leaves it wherever a nearly flat direction drifts: on the real B200 sweeps (one
+    SD arm per drafter) ``c1d`` at :math:`e^{-11.5}` s in all four drafter units, 3.4 log
+    units below the posterior mode, where a drafter pass no longer moves any row. Used by
+    :func:`specbayes.fit.fit` to start such fits at the posterior mode.
+    """
+    out = []
+    for j, c in enumerate(design.base_coefs):
+        if len(design.units) and param.weak[param.base_index[:, j]].all():
+            out.append(c)
+    for j, c in enumerate(design.draft_coefs):
+        if len(design.dunits) and param.weak[param.draft_index[:, j]].all():
+            out.append(c)
+    return out
+
+
 def cross_cell_share(design: Design, param: Parametrisation, pair: int, member: str) -> float:
     r"""Share of a pair's total that its prefill member explains *across* cells.
 

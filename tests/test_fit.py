@@ -7,6 +7,8 @@ alpha, closed loop and recovery over several seeds.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,6 +19,7 @@ from specbayes.fit import THRESHOLDS, Fit, fit, load_fit
 from specbayes.model import simulate_sweeps
 
 SEED = 1
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +249,34 @@ def test_cli_fit_prints_table_and_strict_fails_on_unhealthy(tmp_path, capsys):
         assert word in text
     assert out.exists()
     assert main([*args, "--strict"]) == 1  # 20 draws cannot reach bulk ESS 400
+
+
+def test_real_b200_sd_fit_is_healthy_and_covers_the_unsaturated_points():
+    """The real B200 sweeps (closed loop; dense, MTP k = 2 and DSpark k = 7 with measured
+    acceptance lengths) at the defaults: each drafter is swept at one draft length, so no
+    unit resolves ``c1d`` and the fit takes :data:`HIDDEN_DRAFT_SETTINGS`; the sampler is
+    healthy and the 90 % posterior-predictive band holds the unsaturated latencies."""
+    from specbayes.fit import HIDDEN_DRAFT_SETTINGS
+    from specbayes.ingest import ingest_files
+
+    table = validate_sweeps(
+        ingest_files([REPO / "data/real/speculators_qwen3.8-27b_b200_sweeps.csv"])
+    )
+    f = fit(table, model="sd", progress=False)
+    assert "c1d" in f.config["unresolved"]
+    for key, value in HIDDEN_DRAFT_SETTINGS.items():
+        assert f.config["sampler_config"][key] == value
+    s = f.summary()
+    assert s["divergences"] == 0, s
+    assert s["max_r_hat"] <= THRESHOLDS["r_hat"], s
+    assert s["min_ess_bulk"] >= THRESHOLDS["ess_bulk"], s
+    # the two saturated DSpark N = 128 points are listed, not fitted
+    assert len(f.excluded) == 2 and f.excluded["reason"].str.contains("saturated").all()
+    y = f.data["latency"].to_numpy()
+    draws = f.idata.posterior_predictive["latency"].stack(s=("chain", "draw")).values
+    lo, hi = np.quantile(draws, [0.05, 0.95], axis=-1)
+    inside = (y >= lo) & (y <= hi)
+    assert len(y) == 46 and inside.mean() >= 0.85, f.data.loc[~inside]
 
 
 # ---------------------------------------------------------------------------------------------
