@@ -14,10 +14,11 @@ Sampling
 unseen cells. A fit with a latent alpha draws :data:`LATENT_ALPHA_DRAWS` per chain unless
 ``draws`` is given (it mixes more slowly). A fit whose least-squares reference resolves a
 drafter coefficient in no drafter unit (each drafter swept at one draft length, as in the
-real B200 sweeps) samples with :data:`HIDDEN_DRAFT_SETTINGS` — from the mode, at a target
-acceptance of 0.99, 3000 draws per chain — unless ``sampler_config`` sets those keys; the
-config lists the coefficients no unit resolves (``unresolved``). ``start`` chooses where
-the chains start and in which coordinates they move:
+real B200 sweeps: ``c1d``; a latent alpha against ``c2d``) samples with
+:data:`HIDDEN_DRAFT_SETTINGS` — from the mode, at a target acceptance of 0.99, 3000 draws per
+chain — unless ``sampler_config`` sets those keys; the config lists the coefficients no
+unit resolves (``unresolved``). ``start`` chooses where the chains start and in which
+coordinates they move:
 
 * ``"least_squares"``: the deterministic least-squares point of
   :func:`specbayes.model.least_squares_reference` (``z = 0``, moved where a row would be
@@ -914,7 +915,8 @@ class Fit:
         return int(self.idata.sample_stats["diverging"].sum())
 
     def summary(self) -> dict[str, Any]:
-        """Divergences, max R-hat, min bulk/tail ESS, wall time, healthy."""
+        """Divergences, max R-hat, min bulk/tail ESS, wall time, healthy; the sampler settings
+        used and the coefficients no unit resolves (``unresolved``: the priors place them)."""
         diag = self.diagnostics()
         out = {
             "model": self.model_name,
@@ -926,6 +928,8 @@ class Fit:
             "min_ess_tail": float(diag["ess_tail"].min()),
             "wall_s": float(self.config.get("wall_s", float("nan"))),
             "alpha_inferred": self.alpha_inferred,
+            "sampler_config": dict(self.config.get("sampler_config", {})),
+            "unresolved": list(self.config.get("unresolved", [])),
         }
         out["healthy"] = bool(
             out["divergences"] <= THRESHOLDS["divergences"]

@@ -247,6 +247,7 @@ def test_cli_fit_prints_table_and_strict_fails_on_unhealthy(tmp_path, capsys):
     text = capsys.readouterr().out
     for word in ("divergences", "max R-hat", "min bulk ESS", "min tail ESS", "wall time"):
         assert word in text
+    assert "sampler nutpie: 2 chains x 20 draws (20 tune), target_accept 0.98" in text
     assert out.exists()
     assert main([*args, "--strict"]) == 1  # 20 draws cannot reach bulk ESS 400
 

@@ -49,8 +49,20 @@ def format_summary(summary: dict) -> str:
         f"model {summary['model']}: {summary['rows']} rows fitted, "
         f"{summary['excluded']} excluded"
         + (" (alpha inferred)" if summary.get("alpha_inferred") else ""),
-        f"{'check':<16}{'value':>12}  {'threshold':>10}  ok",
     ]
+    cfg = summary.get("sampler_config") or {}
+    if cfg:
+        lines.append(
+            f"sampler {cfg.get('sampler')}: {cfg.get('chains')} chains x {cfg.get('draws')} "
+            f"draws ({cfg.get('tune')} tune), target_accept {cfg.get('target_accept')}, "
+            f"start {cfg.get('start')}"
+        )
+    if summary.get("unresolved"):
+        lines.append(
+            "no unit's rows resolve " + ", ".join(summary["unresolved"]) + ": the priors and "
+            "the hierarchy place them"
+        )
+    lines.append(f"{'check':<16}{'value':>12}  {'threshold':>10}  ok")
     checks = [
         (
             "divergences",
