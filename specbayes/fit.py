@@ -133,8 +133,8 @@ LATENT_ALPHA_DRAWS = 2000
 #: Measured on those sweeps (``benchmarks/fit_speed.py --cases real --seeds ...``): at the
 #: defaults (least-squares start) 5 divergences, R-hat 1.02, bulk ESS 300 and worse at seeds
 #: 1 and 2; from the mode, 1 divergence at 2 of 8 seeds; from the mode at 0.99, 0 divergences
-#: at all 8 but bulk ESS 361-401 at 2 of them; with 3000 draws as well, healthy at every
-#: seed tried (bulk ESS 851-1070), 40-55 s.
+#: at all 8 but bulk ESS 361-401 at 2 of them; with 3000 draws as well, healthy at all 8
+#: (bulk ESS 674-1558), 29-41 s per fit.
 HIDDEN_DRAFT_SETTINGS: dict[str, Any] = {"start": "mode", "target_accept": 0.99, "draws": 3000}
 
 #: Health thresholds (DESIGN §2): divergences, R-hat and bulk ESS over reported quantities.

@@ -1802,8 +1802,9 @@ def unresolved_coefficients(design: Design, param: Parametrisation) -> list[str]
     Along such a coefficient only the hierarchy decides, and the reference's per-block least
     squares leaves it wherever a nearly flat direction drifts: on the real B200 sweeps (one
     SD arm per drafter) ``c1d`` at :math:`e^{-11.5}` s in all four drafter units, 3.4 log
-    units below the posterior mode, where a drafter pass no longer moves any row. Used by
-    :func:`specbayes.fit.fit` to start such fits at the posterior mode.
+    units below the posterior mode, where a drafter pass no longer moves any row. When a
+    drafter coefficient is among them, :func:`specbayes.fit.fit` starts at the posterior mode
+    (``HIDDEN_DRAFT_SETTINGS``).
     """
     out = []
     for j, c in enumerate(design.base_coefs):
