@@ -1807,13 +1807,18 @@ def unresolved_coefficients(design: Design, param: Parametrisation) -> list[str]
     (``HIDDEN_DRAFT_SETTINGS``).
     """
     out = []
-    for j, c in enumerate(design.base_coefs):
-        if len(design.units) and param.weak[param.base_index[:, j]].all():
-            out.append(c)
-    for j, c in enumerate(design.draft_coefs):
-        if len(design.dunits) and param.weak[param.draft_index[:, j]].all():
+    for c in design.coefs:
+        table = design.dunits if c in DRAFT_COEFS else design.units
+        if len(table) and param.weak[coefficient_slots(design, param, c)].all():
             out.append(c)
     return out
+
+
+def coefficient_slots(design: Design, param: Parametrisation, coef: str) -> np.ndarray:
+    """Flat slots of ``coef`` in every unit that carries it (drafter units for ``c*d``)."""
+    if coef in DRAFT_COEFS:
+        return param.draft_index[:, design.draft_coefs.index(coef)]
+    return param.base_index[:, design.base_coefs.index(coef)]
 
 
 def cross_cell_share(design: Design, param: Parametrisation, pair: int, member: str) -> float:
@@ -1883,10 +1888,7 @@ def decide_structure(
                 slopes.append(c)
         resolved = True
         if param is not None and len(table):
-            if c in DRAFT_COEFS:
-                index = param.draft_index[:, design.draft_coefs.index(c)]
-            else:
-                index = param.base_index[:, design.base_coefs.index(c)]
+            index = coefficient_slots(design, param, c)
             # most units must pin the coefficient more tightly than the prior deviation scale
             # (marginal data sd < cell_sd): units that see it only to +-0.3 cannot tell a
             # scale of 0.15 from zero — tau[c1p] on a paper MoE verifier (median unit sd 0.34)
