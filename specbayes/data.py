@@ -1,4 +1,4 @@
-"""The sweep table: schema, validation, saturation flags and group labels (DESIGN.md §3).
+"""The sweep table: schema, validation, saturation flags and group labels (docs/model.md, Data).
 
 One row per sweep point (one load level of one configuration). Every reader — the GuideLLM
 and ``vllm bench`` ingesters, the simulator, plain CSV/parquet — produces this table, and
@@ -215,19 +215,57 @@ def read_sweeps(path: str | Path) -> pd.DataFrame:
     FileNotFoundError
         If the file does not exist.
     ValueError
-        If the suffix is not ``.csv``, ``.csv.gz`` or ``.parquet``.
+        If the path is a folder, the suffix is not ``.csv``, ``.csv.gz`` or ``.parquet``, or
+        the file cannot be read as such (empty, binary, truncated, semicolon-separated);
+        the message names the file and says what to do.
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no such sweep file")
+        raise FileNotFoundError(f"{path}: no such sweep file — check the path")
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder — give a sweep file (.csv, .csv.gz or .parquet)")
     name = path.name.lower()
     if name.endswith(".parquet") or name.endswith(".pq"):
-        df = pd.read_parquet(path)
+        df = _read_parquet(path)
     elif name.endswith(".csv") or name.endswith(".csv.gz"):
-        df = pd.read_csv(path)
+        df = _read_csv(path)
     else:
-        raise ValueError(f"{path}: unsupported sweep file type (use .csv, .csv.gz or .parquet)")
+        raise ValueError(
+            f"{path}: unsupported sweep file type — use .csv, .csv.gz or .parquet (benchmark "
+            "reports: `specbayes ingest`)"
+        )
     df.attrs["source"] = str(path)
+    return df
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises its own types for corrupt files
+        text = " ".join(str(exc).split())[:120]
+        raise ValueError(
+            f"{path}: unreadable parquet file ({text}) — write it again, or give a CSV"
+        ) from None
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ValueError(
+            f"{path}: empty file (no header, no rows) — a sweep table needs a header row with "
+            f"the columns {', '.join(REQUIRED_COLUMNS)}"
+        ) from None
+    except (UnicodeDecodeError, pd.errors.ParserError, EOFError, OSError, ValueError) as exc:
+        text = " ".join(str(exc).split())[:120]
+        raise ValueError(
+            f"{path}: not a readable CSV ({text}) — give a comma-separated text file (or .csv.gz)"
+        ) from None
+    if len(df.columns) == 1 and ";" in str(df.columns[0]):
+        raise ValueError(
+            f"{path}: semicolon-separated, but a sweep table is comma-separated — save it "
+            "with ',' as the separator (and '.' as the decimal mark)"
+        )
     return df
 
 
@@ -273,6 +311,8 @@ def _check_values(df: pd.DataFrame, violations: list) -> None:
         )
     if "target_rps" in df:
         rule(df["target_rps"] < 0, "target_rps must be >= 0", "target_rps")
+    if "concurrency" in df:
+        _littles_law(df, closed, rule)
     for col in ("verifier", "hardware"):
         rule(df[col].isna() | (df[col].astype(str).str.strip() == ""), "must not be empty", col)
     if "alpha" in df:
@@ -292,6 +332,32 @@ def _check_values(df: pd.DataFrame, violations: list) -> None:
             "acceptance_length must lie in (1, k + 1]",
             "acceptance_length",
         )
+
+
+#: Closed loop: ``rps × latency / concurrency`` above this breaks Little's law (N = λ·L; the
+#: requests in flight can never exceed the N streams, so the ratio is at most ~1).
+LITTLE_MAX_RATIO = 10.0
+
+
+def _littles_law(df: pd.DataFrame, closed: pd.Series, rule) -> None:
+    """Closed-loop rows whose rps × latency is far above N: latency (or rps) in wrong units."""
+    with np.errstate(all="ignore"):
+        ratio = df["rps"] * df["latency"] / df["concurrency"]
+    bad = closed & (ratio > LITTLE_MAX_RATIO)
+    if not bad.any():
+        return
+    typical = float(np.median(ratio[bad]))
+    hint = (
+        "latency looks like milliseconds — give seconds (divide by 1000)"
+        if 300 <= typical <= 3000
+        else "check the units: latency in seconds, rps in requests per second"
+    )
+    rule(
+        bad,
+        f"Little's law fails: rps × latency ≈ {typical:.3g} × concurrency (closed loop: at most "
+        f"~1 ×); {hint}",
+        "latency",
+    )
 
 
 def _resolve_alpha(df: pd.DataFrame, allow_unknown_alpha: bool, violations: list) -> None:

@@ -2,8 +2,8 @@ r"""The paper's qualitative findings about SD cost ratios, as posterior probabil
 
 Kong et al. (2026) report three regularities of the ratios
 :math:`C_{1R}(\alpha, k) = C_{1,\mathrm{sd}}/C_{1,\mathrm{dense}}` and
-:math:`C_{2R}(\alpha, k) = C_{2,\mathrm{sd}}/C_{2,\mathrm{dense}}` (DESIGN.md §1.4; reading
-note §5, Fig. 4–5), on Qwen3-8B at 1024/1024 and across workloads:
+:math:`C_{2R}(\alpha, k) = C_{2,\mathrm{sd}}/C_{2,\mathrm{dense}}` (``docs/model.md``, "Speedup";
+the paper's Fig. 4–5), on Qwen3-8B at 1024/1024 and across workloads:
 
 (a) **C1R < 1 for every k** — SD always lowers the load-independent cost;
 (b) **C2R > 1 except at high alpha** — SD raises the load-dependent cost unless acceptance is
@@ -40,7 +40,7 @@ __all__ = [
     "ratio_draws",
 ]
 
-#: The paper's forced-acceptance grid, alpha = 0.50, 0.55, ..., 1.00 (reading note §4).
+#: The paper's forced-acceptance grid, alpha = 0.50, 0.55, ..., 1.00 (the paper's sweeps).
 PAPER_ALPHAS: tuple[float, ...] = tuple(np.round(np.arange(0.50, 1.0001, 0.05), 2).tolist())
 
 

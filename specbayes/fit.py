@@ -137,7 +137,8 @@ LATENT_ALPHA_DRAWS = 2000
 #: (bulk ESS 674-1558), 29-41 s per fit.
 HIDDEN_DRAFT_SETTINGS: dict[str, Any] = {"start": "mode", "target_accept": 0.99, "draws": 3000}
 
-#: Health thresholds (DESIGN §2): divergences, R-hat and bulk ESS over reported quantities.
+#: Health thresholds (``docs/model.md``, "Sampler health"): divergences, R-hat and bulk ESS
+#: over reported quantities.
 THRESHOLDS: dict[str, float] = {"divergences": 0, "r_hat": 1.01, "ess_bulk": 400}
 
 #: Posterior variables checked for health (hyper-parameters and coefficients), when present.
@@ -462,20 +463,25 @@ class Fit:
         for name in groups:
             if name in self.idata.groups():
                 del self.idata[name]
+        groups.update(_split_internal(self.idata))
         import warnings
 
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # 'excluded_data' is a custom group
+            # 'excluded_data' is a custom group (ArviZ warns once about any such group)
+            warnings.filterwarnings("ignore", message=".*excluded_data.*", category=UserWarning)
             self.idata.add_groups(groups)
+        _rename_sample_stats(self.idata)
+        _natural_scale(self.idata)
         self.idata.attrs.update(
             {
                 "model": self.model_name,
-                "config": json.dumps(self.config, default=_json_default),
+                "model_id": f"specbayes.{self.model_name}",
+                "config": _strict_json(self.config),
                 "specbayes_version": __version__,
                 "alpha_inferred": int(self.alpha_inferred),
             }
         )
-        del az
+        _stamp_groups(self.idata, cfg.get("sampler", "nutpie"), az.__version__)
 
     # -- coefficients -----------------------------------------------------------------------
     def _fitted_mu_sigma(self, stacked: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -952,6 +958,85 @@ class Fit:
         return path
 
 
+#: nutpie's sample_stats names -> ArviZ's (``arviz.InferenceData`` schema).
+SAMPLE_STATS_NAMES = {
+    "depth": "tree_depth",
+    "mean_tree_accept": "acceptance_rate",
+    "maxdepth_reached": "reached_max_treedepth",
+    "logp": "lp",
+}
+
+
+def _internal_names(post: xr.Dataset) -> list[str]:
+    """Sampler coordinates, not quantities a user reads: transformed values (``*__``) and the
+    whitened ``z`` (the model's unconstrained, whitened parameter vector)."""
+    return [v for v in post.data_vars if v.endswith("__") or v == "z"]
+
+
+def _split_internal(idata) -> dict[str, xr.Dataset]:
+    """Move the internal variables out of ``posterior`` into ``unconstrained_posterior``."""
+    post = idata.posterior
+    names = _internal_names(post)
+    if not names:
+        return {}
+    internal = post[names]
+    if "z" in internal and "param" in internal.dims:
+        internal = internal.rename({"param": "z_param"})
+    idata.posterior = post.drop_vars(names)
+    return {"unconstrained_posterior": internal}
+
+
+def _rename_sample_stats(idata) -> None:
+    """nutpie's sample_stats names -> ArviZ's (:data:`SAMPLE_STATS_NAMES`)."""
+    if "sample_stats" not in idata.groups():
+        return
+    stats = idata.sample_stats
+    names = {a: b for a, b in SAMPLE_STATS_NAMES.items() if a in stats and b not in stats}
+    if names:
+        idata.sample_stats = stats.rename(names)
+
+
+def _natural_scale(idata) -> None:
+    """Add the unit coefficients (s) and knee batches (requests) on their natural scale."""
+    post = idata.posterior
+    pairs = {
+        "coef_unit": "log_coef",
+        "coef_draft_unit": "log_coef_draft",
+        "knee_verifier": "log_knee_verifier",
+        "knee_drafter": "log_knee_drafter",
+    }
+    new = {n: np.exp(post[log]) for n, log in pairs.items() if log in post and n not in post}
+    if new:
+        idata.posterior = post.assign(new)
+
+
+def _stamp_groups(idata, sampler: str, arviz_version: str) -> None:
+    """``created_at``, ``inference_library`` and versions on every group (ArviZ convention)."""
+    import datetime
+
+    created = datetime.datetime.now(datetime.UTC).isoformat()
+    try:
+        from importlib.metadata import version
+
+        library_version = version(sampler if sampler != "numpyro" else "numpyro")
+    except Exception:  # the sampler's version is informative, not required
+        library_version = "unknown"
+    for name in idata.groups():
+        ds = idata[name]
+        ds.attrs.setdefault("created_at", created)
+        ds.attrs["inference_library"] = sampler
+        ds.attrs["inference_library_version"] = library_version
+        ds.attrs["arviz_version"] = arviz_version
+        ds.attrs["specbayes_version"] = __version__
+
+
+def _strict_json(obj: Any) -> str:
+    """JSON text with no ``NaN``/``Infinity`` (:func:`specbayes.artefacts.dumps`)."""
+    from specbayes.artefacts import dumps
+
+    return dumps(json.loads(json.dumps(obj, default=_json_default)), indent=None, note_nulls=False)
+
+
 def _json_default(o: Any) -> Any:
     if isinstance(o, np.generic):
         return o.item()
@@ -997,19 +1082,69 @@ def _dataset_to_frame(ds: xr.Dataset, dim: str) -> pd.DataFrame:
     return df
 
 
+class FitFileError(ValueError):
+    """A file that is not a readable specbayes fit; the message names it and says why."""
+
+
+#: How to make a fit file, for error messages.
+_MAKE_ONE = "write one with `specbayes fit DATA --out FIT.nc`"
+
+
+def _read_idata(path: Path):
+    """The InferenceData in ``path``, or :class:`FitFileError` saying what is wrong with it."""
+    import arviz as az
+
+    if not path.exists():
+        raise FitFileError(f"{path}: no such fit file — {_MAKE_ONE}")
+    if path.is_dir():
+        raise FitFileError(f"{path}: is a folder, not a fit file — give the .nc file itself")
+    size = path.stat().st_size
+    if size == 0:
+        raise FitFileError(f"{path}: empty file, not a fit — {_MAKE_ONE}")
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if head != b"\x89HDF\r\n\x1a\n":
+        kind = "netCDF-3" if head[:3] == b"CDF" else "not a netCDF-4 (HDF5) file"
+        raise FitFileError(f"{path}: {kind}, not a specbayes fit — {_MAKE_ONE}")
+    try:
+        idata = az.from_netcdf(str(path), engine="h5netcdf")
+        idata.load() if hasattr(idata, "load") else None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise FitFileError(
+            f"{path}: unreadable netCDF ({_short(exc)}; truncated or corrupt?) — {_MAKE_ONE}"
+        ) from None
+    return idata
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
 def load_fit(path: str | Path) -> Fit:
     """Read a fit written by :meth:`Fit.save`; the model is rebuilt from code on demand.
 
     The design is rebuilt from the stored rows, so predictions equal those of the saved fit.
-    """
-    import arviz as az
 
-    idata = az.from_netcdf(str(path), engine="h5netcdf")
-    idata.load() if hasattr(idata, "load") else None
+    Raises
+    ------
+    FitFileError
+        (a ``ValueError``) when ``path`` is missing, a folder, empty, not netCDF-4,
+        truncated, or a netCDF file that is not a specbayes fit.
+    """
+    path = Path(path)
+    idata = _read_idata(path)
+    missing = [a for a in ("model", "config") if a not in idata.attrs]
+    groups = set(idata.groups())
+    missing += [g for g in ("posterior", "constant_data") if g not in groups]
+    if missing:
+        raise FitFileError(
+            f"{path}: a netCDF file but not a specbayes fit (no {', '.join(missing)}) — {_MAKE_ONE}"
+        )
     model = idata.attrs["model"]
     config = json.loads(idata.attrs["config"])
     data = _dataset_to_frame(idata.constant_data, "obs")
-    if "excluded_data" in idata.groups():
+    if "excluded_data" in groups:
         excluded = _dataset_to_frame(idata["excluded_data"], "excluded_row")
     else:
         excluded = pd.DataFrame(columns=["reason"])

@@ -1,4 +1,7 @@
-r"""Deployment decisions with intervals, computed over posterior draws (reading note §5, §9, §11.2).
+r"""Deployment decisions with intervals, computed over posterior draws.
+
+The questions are those of Kong et al. (arXiv 2605.15051) — speedup vs load, the break-even
+load, the best draft length, capacity under an SLO — with the formulas of ``docs/model.md``.
 
 Every quantity here is evaluated **per posterior draw** with the formulas of
 :mod:`specbayes.laws` and only then summarised (:mod:`specbayes.intervals`): the reported
@@ -278,7 +281,7 @@ def cost_ratios(
 ) -> pd.DataFrame:
     r""":math:`C_{1R}` and :math:`C_{2R}` per draft length, with intervals and the red flag.
 
-    The reading note's red flag (§5, §11.2 step 3) is :math:`C_{2R} > 1`: SD's advantage
+    The red flag (``docs/model.md``, "Speedup") is :math:`C_{2R} > 1`: SD's advantage
     shrinks with load and turns into a loss past :math:`\mathrm{RPS}^*`. A configuration is
     flagged when :math:`P(C_{2R} > 1) \ge` :data:`RED_FLAG_PROB`.
 

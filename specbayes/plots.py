@@ -1,5 +1,5 @@
 r"""Figures. Each takes its result first, keyword arguments after, accepts ``ax=`` and returns
-the figure (DESIGN.md §5). Bands are the central :data:`~specbayes.intervals.INTERVAL_PROB`
+the figure. Bands are the central :data:`~specbayes.intervals.INTERVAL_PROB`
 interval of posterior draws of the *mean* latency model (``mu``), not predictive draws.
 """
 
@@ -84,18 +84,33 @@ def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98):
 def plot_speedup(tables: Mapping[str, pd.DataFrame], *, ax=None, title: str | None = None):
     """Speedup vs request rate with interval bands, one curve per configuration.
 
+    Each curve is drawn only over the loads where its band is defined (both interval ends
+    finite: fewer than 5 % of draws have a saturated server); where it ends, a dotted
+    vertical line marks the load at which saturation enters the band.
+
     Parameters
     ----------
     tables : mapping of label -> DataFrame
         Outputs of :func:`specbayes.plan.speedup` (columns ``rps, median, lo, hi``).
     """
     fig, ax = _axes(ax)
+    marked = False
     for i, (label, t) in enumerate(tables.items()):
         color = f"C{i % 10}"
-        ok = np.isfinite(t["median"]) & (t.get("p_dense_saturated", 0) < 0.5)
+        ok = (np.isfinite(t["lo"]) & np.isfinite(t["hi"]) & np.isfinite(t["median"])).to_numpy()
+        ok = np.logical_and.accumulate(ok)  # up to the first load where the band breaks
         ax.plot(t.rps[ok], t["median"][ok], color=color, label=label)
-        lo, hi = t["lo"].clip(upper=5), t["hi"].clip(upper=5)
-        ax.fill_between(t.rps[ok], lo[ok], hi[ok], color=color, alpha=0.18, lw=0)
+        ax.fill_between(t.rps[ok], t["lo"][ok], t["hi"][ok], color=color, alpha=0.18, lw=0)
+        if not ok.all():
+            stop = float(t.rps.to_numpy()[np.argmin(ok)])
+            ax.axvline(
+                stop,
+                color=color,
+                ls=":",
+                lw=1.2,
+                label=None if marked else "saturation enters the band",
+            )
+            marked = True
     ax.axhline(1.0, color="black", lw=1, ls="--")
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("speedup over dense  $L_{dense}/L_{SD}$")

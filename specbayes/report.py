@@ -1,7 +1,8 @@
 """The report: figures (PNG), tables (CSV/JSON) and a markdown summary of a fit's decisions.
 
-``write_report(fit, out_dir)`` answers the reading note's deployment questions (§5, §9,
-§11.2) for one arm — by default the most-measured SD configuration in the fit's data — and
+``write_report(fit, out_dir)`` answers the deployment questions of Kong et al. (arXiv
+2605.15051; ``docs/model.md``) — where does SD stop paying, which k, how much load fits under
+an SLO — for one arm (by default the most-measured SD configuration in the fit's data) and
 writes everything a person needs to act on them: the collapse plot (does the latency law
 hold?), speedup vs load with bands for several k, the k-map over (alpha, load), C1R/C2R vs
 k, capacity vs SLO, and ``summary.md`` with the headline answers.
@@ -9,7 +10,7 @@ k, capacity vs SLO, and ``summary.md`` with the headline answers.
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,18 @@ import numpy as np
 import pandas as pd
 
 from specbayes import laws, plan
+from specbayes.artefacts import dumps, staged_dir
 from specbayes.intervals import INTERVAL_PROB
 
-__all__ = ["Headline", "collapse_points", "default_arm", "markdown_table", "write_report"]
+__all__ = [
+    "Headline",
+    "collapse_points",
+    "default_arm",
+    "excluded_table",
+    "markdown_table",
+    "resolve_arm",
+    "write_report",
+]
 
 
 def markdown_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
@@ -37,11 +47,23 @@ def markdown_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
     return "\n".join([head, rule, *body])
 
 
-def default_arm(fit: Any) -> plan.Arm:
-    """The most-measured SD configuration of the fit's data (dense if there is none)."""
+def default_arm(
+    fit: Any, verifier: str | None = None, hardware: str | None = None, drafter: str | None = None
+) -> plan.Arm:
+    """The most-measured SD configuration of the fit's data (dense if there is none).
+
+    ``verifier``, ``hardware`` and ``drafter`` restrict the choice to rows that match them.
+    """
     d = fit.data
+    for col, value in (("verifier", verifier), ("hardware", hardware)):
+        if value is not None:
+            d = d[d[col].astype(str) == value]
     sd = d[d.k > 0]
+    if drafter is not None:
+        sd = sd[sd["drafter"].astype(str) == drafter]
     base = sd if len(sd) else d
+    if base.empty:
+        raise ValueError("no fitted row matches the configuration asked for")
     key = ["verifier", "hardware", "cell"]
     top = base.groupby(key).size().idxmax()
     rows = base.set_index(key).loc[top]
@@ -65,6 +87,109 @@ def default_arm(fit: Any) -> plan.Arm:
         alpha=alpha,
         k=k,
     )
+
+
+_CELL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[xX×]\s*(\d+(?:\.\d+)?)\s*$")
+
+
+def _known(fit: Any, column: str, value: str | None, option: str) -> None:
+    if value is None:
+        return
+    known = sorted(fit.data[column].astype(str).unique())
+    if value not in known:
+        raise ValueError(
+            f"{option} {value}: not in this fit (fitted: {', '.join(known)}) — choose one of "
+            "them, or fit data that include it"
+        )
+
+
+def _check_pair(fit: Any, verifier: str, drafter: str) -> None:
+    d = fit.data
+    sd = d[(d.k > 0) & (d.verifier.astype(str) == verifier)]
+    paired = sorted(sd["drafter"].astype(str).unique())
+    if drafter not in paired:
+        measured = ", ".join(paired) if paired else "none: this fit has no SD rows of it"
+        raise ValueError(
+            f"--drafter {drafter}: never measured with verifier {verifier} in this fit "
+            f"(drafters measured with it: {measured}) — choose one of those, or fit sweeps of "
+            "that pair"
+        )
+
+
+def _cell_tokens(fit: Any, arm: plan.Arm, cell: str) -> tuple[float, float] | None:
+    """Mean (prefill, decode) of workload ``cell``: from the fit's rows, else from its label."""
+    d = fit.data
+    rows = d[d.cell.astype(str) == cell]
+    same = rows[(rows.verifier == arm.verifier) & (rows.hardware == arm.hardware)]
+    rows = same if len(same) else rows
+    if len(rows):
+        return float(rows["prefill"].mean()), float(rows["decode"].mean())
+    m = _CELL.match(cell)
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
+def resolve_arm(
+    fit: Any,
+    *,
+    verifier: str | None = None,
+    hardware: str | None = None,
+    drafter: str | None = None,
+    cell: str | None = None,
+    prefill: float | None = None,
+    decode: float | None = None,
+    alpha: float | None = None,
+    k: int | None = None,
+) -> plan.Arm:
+    """The arm a user asked for, checked against the fit; defaults from :func:`default_arm`.
+
+    A ``cell`` names a workload: a fitted cell's mean prompt and output tokens, or the
+    tokens of a ``"<prefill>x<decode>"`` label — so ``cell="256x256"`` plans the 256/256
+    workload, not the default one under a new name.
+
+    Raises
+    ------
+    ValueError
+        Unknown verifier, hardware or drafter; a drafter never measured with the verifier;
+        a cell that is neither fitted nor ``"<prefill>x<decode>"`` (without tokens given); a
+        cell whose tokens contradict ``prefill``/``decode``.
+    """
+    _known(fit, "verifier", verifier, "--verifier")
+    _known(fit, "hardware", hardware, "--hardware")
+    arm = default_arm(fit, verifier, hardware, drafter)
+    if drafter is not None:
+        _check_pair(fit, arm.verifier, drafter)
+    changes: dict[str, Any] = {"drafter": drafter} if drafter is not None else {}
+    if k is not None:
+        changes["k"] = int(k)
+    if alpha is not None:
+        changes["alpha"] = float(alpha)
+    if cell is not None:
+        tokens = _cell_tokens(fit, arm, cell)
+        if tokens is None and (prefill is None or decode is None):
+            cells = ", ".join(sorted(fit.data.cell.astype(str).unique()))
+            raise ValueError(
+                f"--cell {cell}: not a workload of this fit (fitted: {cells}) nor "
+                "'<prefill>x<decode>' — give --prefill and --decode with it"
+            )
+        for name, given, implied in zip(
+            ("--prefill", "--decode"), (prefill, decode), tokens or (None, None), strict=True
+        ):
+            if given is not None and implied is not None and abs(given - implied) > 0.5:
+                raise ValueError(
+                    f"--cell {cell}: means {name} {implied:g}, but {name} {given:g} was given "
+                    "— give one or the other"
+                )
+        p, g = tokens or (prefill, decode)
+        changes.update(
+            cell=cell,
+            prefill=p if prefill is None else prefill,
+            decode=g if decode is None else decode,
+        )
+    elif prefill is not None or decode is not None:
+        p = arm.prefill if prefill is None else prefill
+        g = arm.decode if decode is None else decode
+        changes.update(prefill=p, decode=g, cell=f"{round(p)}x{round(g)}")
+    return replace(arm, **changes)
 
 
 def collapse_points(fit: Any) -> pd.DataFrame:
@@ -172,6 +297,10 @@ def write_report(
 ) -> Headline:
     """Write figures, tables and ``summary.md`` for ``arm`` into ``out_dir``.
 
+    Everything is written into a hidden folder beside ``out_dir`` first and moved into
+    place only when all of it succeeded (:func:`specbayes.artefacts.staged_dir`): a failure
+    (e.g. an SLO below the zero-load latency) leaves no half-written report.
+
     Parameters
     ----------
     fit : specbayes.fit.Fit
@@ -190,27 +319,56 @@ def write_report(
     Headline
         The three headline answers (also written at the top of ``summary.md``).
     """
+    with staged_dir(out_dir) as tmp:
+        return _write_report(fit, tmp, arm=arm, slo=slo, prob=prob)
+
+
+def _speedup_grid(sat: float) -> np.ndarray:
+    """24 loads from 0 to 95 % of the dense saturation rate (median draw)."""
+    return np.linspace(0.0, 0.95 * sat, 24)
+
+
+def _capacity_curves(fit, k_arm, c1_med: float, prob: float) -> pd.DataFrame:
+    caps = []
+    for s in np.linspace(1.05 * c1_med, 4.0 * c1_med, 16):
+        try:
+            caps.append(
+                plan.capacity(fit, k_arm, s, prob=prob, ks=[0, 1, 2, 4, 6, 8]).assign(slo=s)
+            )
+        except ValueError:
+            continue
+    curves = pd.concat(caps, ignore_index=True)
+    curves.attrs["prob"] = prob
+    return curves
+
+
+def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     import matplotlib.pyplot as plt
 
     from specbayes import plots
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     arm = arm or default_arm(fit)
+    if slo is not None and not slo > 0:
+        raise ValueError(f"--slo {slo:g}: a latency SLO must be > 0 seconds")
     dense = replace(arm, k=0, alpha=None, drafter=None)
     dense_costs = plan.effective_cost_draws(fit, dense)  # (C1, C2, C3) draws
     c1d = dense_costs[0]
     sat_draws = laws.saturation_rps(*dense_costs)
     sat = float(np.median(sat_draws))  # dense saturation rate (median draw)
     sat_safe = float(np.quantile(sat_draws, 0.05))  # dense unsaturated here w.p. 0.95
-    rps = np.linspace(0.0, 0.95 * sat, 24)
     ks_show = [k for k in (1, 2, 4, 6, 8) if k != arm.k][:3] + ([arm.k] if arm.k else [])
     ks_show = sorted(set(ks_show))
     figures: dict[str, Any] = {}
     written: list[str] = []
+    k_arm = arm if arm.alpha is not None else replace(arm, alpha=0.75)
+    c1_med = float(np.median(c1d))
+    slo = slo or 2.0 * c1_med
+    alphas = np.round(np.arange(0.5, 1.0001, 0.05), 2) if arm.alpha is not None else [0.75]
+    ktab = plan.optimal_k(fit, k_arm, alphas, np.linspace(0.02 * sat, 0.95 * sat_safe, 12))
+    head = _headline(fit, k_arm if arm.k else replace(k_arm, k=1), ktab, slo, prob)
 
-    points = collapse_points(fit)
-    figures["collapse.png"] = plots.plot_collapse(points)
+    figures["collapse.png"] = plots.plot_collapse(collapse_points(fit))
+    rps = _speedup_grid(sat)
     sp = {f"k={k}": plan.speedup(fit, replace(arm, k=k), rps) for k in ks_show} if arm.k else {}
     if sp:
         figures["speedup_vs_rps.png"] = plots.plot_speedup(
@@ -220,14 +378,6 @@ def write_report(
             out / "speedup.csv", index=False
         )
         written.append("speedup.csv")
-    alphas = np.round(np.arange(0.5, 1.0001, 0.05), 2) if arm.alpha is not None else None
-    k_arm = arm if arm.alpha is not None else replace(arm, alpha=0.75)
-    ktab = plan.optimal_k(
-        fit,
-        k_arm,
-        alphas if alphas is not None else [0.75],
-        np.linspace(0.02 * sat, 0.95 * sat_safe, 12),
-    )
     ktab.to_csv(out / "k_table.csv", index=False)
     written.append("k_table.csv")
     figures["k_map.png"] = plots.plot_k_map(ktab)
@@ -237,44 +387,193 @@ def write_report(
     figures["cost_ratios.png"] = plots.plot_cost_ratios(
         ratios, title=f"Cost ratios vs k, {arm.verifier}, alpha={k_arm.alpha:g}"
     )
-    c1_med = float(np.median(c1d))
-    slo = slo or 2.0 * c1_med
-    slos = np.linspace(1.05 * c1_med, 4.0 * c1_med, 16)
-    caps = []
-    for s in slos:
-        try:
-            caps.append(
-                plan.capacity(fit, k_arm, s, prob=prob, ks=[0, 1, 2, 4, 6, 8]).assign(slo=s)
-            )
-        except ValueError:
-            continue
-    curves = pd.concat(caps, ignore_index=True)
-    curves.attrs["prob"] = prob
+    curves = _capacity_curves(fit, k_arm, c1_med, prob)
     curves.to_csv(out / "capacity.csv", index=False)
     written.append("capacity.csv")
     figures["capacity_vs_slo.png"] = plots.plot_capacity(curves)
-
-    head = _headline(fit, k_arm if arm.k else replace(k_arm, k=1), ktab, slo, prob)
-    for name, fig in figures.items():
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
+    try:
+        for name, fig in figures.items():
+            fig.savefig(out / name, dpi=110)
+    finally:
+        for fig in figures.values():
+            plt.close(fig)
     _write_summary(out, fit, arm, head, ratios, sp, figures, written)
-    (out / "headline.json").write_text(
-        json.dumps(
-            dict(
-                arm=arm.label(),
-                lines=head.lines,
-                break_even=head.break_even.to_dict(),
-                k_low=head.k_low,
-                k_high=head.k_high,
-                slo=slo,
-                capacity=head.capacity.to_dict(orient="records"),
+    (out / "headline.json").write_text(_headline_json(arm, head, slo))
+    return head
+
+
+def _headline_json(arm: plan.Arm, head: Headline, slo: float) -> str:
+    """``headline.json``: strict JSON (``null`` for non-finite numbers, explained inside)."""
+    return dumps(
+        dict(
+            arm=arm.label(),
+            verifier=arm.verifier,
+            hardware=arm.hardware,
+            drafter=arm.drafter,
+            workload=dict(cell=arm.cell, prefill=arm.prefill, decode=arm.decode),
+            alpha=arm.alpha,
+            k=arm.k,
+            lines=head.lines,
+            units=dict(
+                rps="requests/s",
+                latency="s",
+                slo="s",
+                interval=f"central {INTERVAL_PROB:.0%} interval of posterior draws (lo, hi)",
             ),
-            indent=2,
-            default=float,
+            break_even=head.break_even.to_dict(),
+            k_low=head.k_low,
+            k_high=head.k_high,
+            slo=slo,
+            capacity=head.capacity.to_dict(orient="records"),
         )
     )
-    return head
+
+
+def excluded_table(excluded: pd.DataFrame, max_example: int = 90) -> pd.DataFrame:
+    """Rows left out of a fit, grouped by rule: ``rule, rows, example``.
+
+    The rule is the short name (``rule`` column: ``flagged``, ``preempted``,
+    ``rate_shortfall``, ``latency_growth``, ``duplicate``, joined by ``+``; else ``reason``);
+    the example is one row's configuration and full reason, cut at ``max_example`` characters.
+    """
+    key = "rule" if "rule" in excluded and excluded["rule"].astype(str).ne("").all() else "reason"
+    out = []
+    for rule, rows in excluded.groupby(excluded[key].astype(str), sort=False):
+        first = rows.iloc[0]
+        where = " ".join(
+            str(first[c])
+            for c in ("verifier", "drafter", "hardware", "cell")
+            if c in rows and pd.notna(first[c]) and str(first[c]) not in ("", "none")
+        )
+        load = _load_text(first)
+        text = f"{where}{load}: {first.get('reason', rule)}".strip(": ")
+        if len(text) > max_example:
+            text = text[: max_example - 1] + "…"
+        out.append(dict(rule=rule.replace("+", " + "), rows=len(rows), example=text))
+    table = pd.DataFrame(out, columns=["rule", "rows", "example"])
+    return table.sort_values("rows", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _load_text(row: pd.Series) -> str:
+    conc = row.get("concurrency")
+    if conc is not None and pd.notna(conc):
+        return f", N = {conc:g}"
+    rps = row.get("rps")
+    return f", {rps:.3g} req/s" if rps is not None and pd.notna(rps) else ""
+
+
+_RULES = {
+    "flagged": "the benchmark tool, ingester or simulator marked the point saturated",
+    "preempted": "KV-cache preemptions during the window (not the steady state)",
+    "rate_shortfall": "open loop: achieved rate below 90 % of the offered rate",
+    "latency_growth": "latency more than twice the unsaturated law fitted to lighter loads",
+    "duplicate": "a repeated measurement of the same point",
+}
+
+
+def _excluded_section(excluded: pd.DataFrame | None) -> list[str]:
+    if excluded is None or not len(excluded):
+        return ["No measured point was left out of the fit.", ""]
+    table = excluded_table(excluded)
+    used = [r for r in _RULES if any(r in str(x) for x in table["rule"])]
+    return [
+        "## Points left out of the fit",
+        "",
+        f"{len(excluded)} measured points were left out of the fit, by rule "
+        "(`specbayes.data` documents the rules):",
+        "",
+        markdown_table(table),
+        "",
+        *[f"- `{r}`: {_RULES[r]}." for r in used],
+        "",
+        "Every row is listed with its full reason in the fit: `load_fit(path).excluded` "
+        "(a DataFrame) or the `excluded_data` group of the netCDF file "
+        "(`arviz.from_netcdf(path).excluded_data`).",
+        "",
+    ]
+
+
+def _health_section(fit: Any) -> list[str]:
+    diag = getattr(fit, "diagnostics", None)
+    if not callable(diag):
+        return []
+    try:
+        d = diag()
+    except Exception as exc:  # a report must still be written
+        return [f"(diagnostics unavailable: {exc})", ""]
+    per_var = d.groupby("variable", sort=False).agg(
+        elements=("r_hat", "size"),
+        max_r_hat=("r_hat", "max"),
+        min_ess_bulk=("ess_bulk", "min"),
+        min_ess_tail=("ess_tail", "min"),
+    )
+    table = per_var.reset_index().rename(
+        columns=dict(
+            variable="variable",
+            elements="elements",
+            max_r_hat="max R-hat",
+            min_ess_bulk="min bulk ESS",
+            min_ess_tail="min tail ESS",
+        )
+    )
+    for col in ("min bulk ESS", "min tail ESS"):
+        table[col] = [f"{v:,.0f}" if np.isfinite(v) else "–" for v in table[col]]
+    table["max R-hat"] = [f"{v:.3f}" if np.isfinite(v) else "–" for v in table["max R-hat"]]
+    divergences = int(d["divergences"].iloc[0]) if "divergences" in d else 0
+    healthy = divergences == 0 and d.r_hat.max() <= 1.01 and d.ess_bulk.min() >= 400
+    return [
+        "## Sampler health",
+        "",
+        f"**{'Healthy' if healthy else 'NOT healthy — do not trust the answers above'}**: "
+        f"{divergences} divergent transitions; worst R-hat {d.r_hat.max():.3f}, lowest bulk "
+        f"ESS {d.ess_bulk.min():,.0f} (thresholds: 0, ≤ 1.01, ≥ 400).",
+        "",
+        markdown_table(table),
+        "",
+    ]
+
+
+def _ratios_section(ratios: pd.DataFrame) -> list[str]:
+    def interval(lo, hi):
+        return [f"{a:.3g}–{b:.3g}" for a, b in zip(lo, hi, strict=True)]
+
+    table = pd.DataFrame(
+        {
+            "k": ratios["k"],
+            "C1R mean": ratios["c1r_mean"],
+            "C1R 90 % interval": interval(ratios["c1r_lo"], ratios["c1r_hi"]),
+            "C2R mean": ratios["c2r_mean"],
+            "C2R 90 % interval": interval(ratios["c2r_lo"], ratios["c2r_hi"]),
+            "P(C1R < 1)": ratios["p_c1r_below_1"].map("{:.2f}".format),
+            "P(C2R > 1)": ratios["p_c2r_above_1"].map("{:.2f}".format),
+            "red flag": np.where(ratios["red_flag"], "**yes**", "no"),
+        }
+    )
+    return [
+        "## Cost ratios",
+        "",
+        "SD over dense, same server and workload: C1R = C1,SD / C1,dense (zero-load cost; "
+        "1/C1R is the zero-load speedup), C2R = C2,SD / C2,dense (cost per unit of load; "
+        "C2R > 1 means the speedup shrinks as load rises). Red flag: P(C2R > 1) ≥ 0.9.",
+        "",
+        markdown_table(table),
+        "",
+    ]
+
+
+_FIGURES = {
+    "collapse.png": "every measured point normalised by its configuration's fitted C1 and C2. "
+    "If the latency law holds, the points lie on the black curve y = 1/(1 − x); systematic "
+    "departures show where the model is wrong.",
+    "speedup_vs_rps.png": "how much faster SD is than dense decoding as load rises, for "
+    "several draft lengths (median and 90 % band). Above the dashed line SD wins; curves stop "
+    "where the dense server saturates in some draws (marked).",
+    "k_map.png": "the draft length with the lowest expected latency at each (acceptance rate, "
+    "load). Where C2R > 1 the best k falls as load rises; compare the left and right edges.",
+    "cost_ratios.png": "C1R and C2R vs k with 90 % intervals (red circles: P(C2R > 1) ≥ 0.9).",
+    "capacity_vs_slo.png": "the highest request rate whose mean latency meets an SLO with the "
+    "stated probability, per k.",
+}
 
 
 def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
@@ -283,72 +582,22 @@ def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
         "",
         f"Configuration planned for: **{arm.label()}** on **{arm.hardware}**, workload "
         f"**{arm.cell}** (prefill ≈ {arm.prefill:.0f}, decode ≈ {arm.decode:.0f} tokens). "
-        f"Model: `{getattr(fit, 'model_name', '?')}`. Intervals are central "
-        f"{INTERVAL_PROB:.0%} intervals of posterior draws of the mean latency.",
+        f"Model: `{getattr(fit, 'model_name', '?')}`. Latencies are in seconds, loads in "
+        f"requests per second; intervals are central {INTERVAL_PROB:.0%} intervals of "
+        "posterior draws of the mean latency. The model and its formulas: `docs/model.md`.",
         "",
         "## Headline answers",
         "",
         *[f"- {line}" for line in head.lines],
         "",
-    ]
-    excluded = getattr(fit, "excluded", None)
-    if excluded is not None and len(excluded):
-        counts = excluded["reason"].value_counts()
-        lines += [
-            f"{len(excluded)} measured points were left out of the fit "
-            f"({', '.join(f'{n} {r}' for r, n in counts.items())}); they are listed in the fit "
-            "artefact.",
-            "",
-        ]
-    diag = getattr(fit, "diagnostics", None)
-    if callable(diag):
-        try:
-            d = diag()
-            per_var = d.groupby("variable", sort=False).agg(
-                elements=("r_hat", "size"),
-                max_r_hat=("r_hat", "max"),
-                min_ess_bulk=("ess_bulk", "min"),
-                min_ess_tail=("ess_tail", "min"),
-            )
-            divergences = int(d["divergences"].iloc[0]) if "divergences" in d else 0
-            lines += [
-                "## Sampler health",
-                "",
-                f"{divergences} divergent transitions; worst R-hat {d.r_hat.max():.3f}, lowest "
-                f"bulk ESS {d.ess_bulk.min():.0f} (thresholds: 0, ≤ 1.01, ≥ 400).",
-                "",
-                markdown_table(per_var.reset_index()),
-                "",
-            ]
-        except Exception as exc:  # a report must still be written
-            lines += [f"(diagnostics unavailable: {exc})", ""]
-    lines += [
+        *_excluded_section(getattr(fit, "excluded", None)),
+        *_health_section(fit),
         "## Figures",
         "",
-        "- `collapse.png` — every measured point normalised by its configuration's fitted "
-        "C1 and C2. If the latency law holds, the points lie on the black curve y = 1/(1 − x); "
-        "systematic departures show where the model is wrong.",
-    ]
-    if sp:
-        lines.append(
-            "- `speedup_vs_rps.png` — how much faster SD is than dense decoding as load rises, "
-            "for several draft lengths. Above the dashed line SD wins; the band is the "
-            "uncertainty."
-        )
-    lines += [
-        "- `k_map.png` — the draft length with the lowest expected latency at each "
-        "(acceptance rate, load). Where C2R > 1 the best k falls as load rises (the k that is "
-        "best at batch 1 is then wrong at high throughput); compare the left and right edges.",
-        "- `cost_ratios.png` — C1R (SD/dense fixed cost) and C2R (SD/dense per-request load "
-        "cost) vs k. C1R < 1 gives the zero-load speedup; C2R > 1 means the speedup shrinks "
-        "with load and turns into a slowdown past the break-even rate (red circles: P > 0.9).",
-        "- `capacity_vs_slo.png` — the highest request rate whose mean latency meets an SLO "
-        "with the stated probability, per k.",
+        *[f"- `{name}` — {text}" for name, text in _FIGURES.items() if name in figures],
         "",
-        "## Cost ratios",
-        "",
-        markdown_table(ratios),
-        "",
-        f"Tables: {', '.join(f'`{w}`' for w in written)}.",
+        *_ratios_section(ratios),
+        f"Tables (CSV): {', '.join(f'`{w}`' for w in written)}; the headline answers as JSON: "
+        "`headline.json`.",
     ]
     (out / "summary.md").write_text("\n".join(lines) + "\n")

@@ -30,7 +30,7 @@ import math
 import os
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,6 +242,31 @@ def _run_fold(args) -> tuple[list[dict], list[pd.DataFrame]]:
     return rows, preds
 
 
+def _run_folds(jobs: list, n_jobs: int, progress: bool) -> list:
+    """:func:`_run_fold` over ``jobs`` (in parallel processes when ``n_jobs > 1``), in order,
+    with a tqdm bar over finished folds when ``progress``."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(jobs), desc="folds", unit="fold", disable=not progress, leave=True)
+    results: list = [None] * len(jobs)
+    try:
+        if n_jobs > 1 and len(jobs) > 1:
+            with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs))) as pool:
+                futures = {pool.submit(_run_fold, job): i for i, job in enumerate(jobs)}
+                for done in as_completed(futures):
+                    results[futures[done]] = done.result()
+                    bar.set_postfix_str(jobs[futures[done]][0].label)
+                    bar.update()
+        else:
+            for i, job in enumerate(jobs):
+                bar.set_postfix_str(job[0].label)
+                results[i] = _run_fold(job)
+                bar.update()
+    finally:
+        bar.close()
+    return results
+
+
 @dataclass
 class LeaveNOut:
     """Results of :func:`leave_n_out`.
@@ -278,6 +303,7 @@ def leave_n_out(
     sampler_config: dict | None = None,
     methods: Iterable[str] = ("specbayes", "baseline"),
     n_jobs: int | None = None,
+    progress: bool = False,
 ) -> LeaveNOut:
     """Hold out ``n`` cells per (verifier, hardware), fit on the rest, score the held-out rows.
 
@@ -299,6 +325,8 @@ def leave_n_out(
         ``"specbayes"`` and/or ``"baseline"`` (the paper's curve_fit trends).
     n_jobs : int, optional
         Parallel fold processes (default: the number of CPU cores).
+    progress : bool
+        Show a progress bar over folds (tqdm, on stderr).
     """
     table = sweeps if isinstance(sweeps, SweepTable) else validate_sweeps(sweeps)
     data = table.data.reset_index(drop=True)
@@ -324,12 +352,7 @@ def leave_n_out(
                 )
                 continue
             jobs.append((f, data, model, sampler_config, methods))
-    n_jobs = n_jobs or os.cpu_count() or 1
-    if n_jobs > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs))) as pool:
-            results = list(pool.map(_run_fold, jobs))
-    else:
-        results = [_run_fold(j) for j in jobs]
+    results = _run_folds(jobs, n_jobs or os.cpu_count() or 1, progress)
     folds_df = pd.DataFrame([r for rs, _ in results for r in rs])
     preds = [p for _, ps in results for p in ps]
     predictions = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame()

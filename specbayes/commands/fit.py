@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from specbayes.commands import nonneg_int, positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,18 +19,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("data", help="sweep table (CSV, CSV.gz or parquet)")
     p.add_argument("--model", choices=("dense", "sd", "moe"), default="sd")
-    p.add_argument("--out", required=True, help="output file (netCDF, e.g. fit.nc)")
+    p.add_argument("--out", type=Path, required=True, help="output file (netCDF, e.g. fit.nc)")
     p.add_argument(
         "--strict",
         action="store_true",
         help="exit with status 1 when a health threshold fails "
         "(divergences > 0, R-hat > 1.01, bulk ESS < 400)",
     )
-    p.add_argument("--chains", type=int, default=None)
-    p.add_argument("--draws", type=int, default=None)
-    p.add_argument("--tune", type=int, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--cores", type=int, default=None)
+    p.add_argument("--chains", type=positive_int, default=None)
+    p.add_argument("--draws", type=positive_int, default=None)
+    p.add_argument("--tune", type=nonneg_int, default=None)
+    p.add_argument("--seed", type=nonneg_int, default=None)
+    p.add_argument("--cores", type=positive_int, default=None)
     p.add_argument("--sampler", choices=("nutpie", "pymc", "numpyro"), default=None)
     p.add_argument(
         "--start",
@@ -91,18 +94,50 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def check_out_file(path: Path) -> Path:
+    """``--out`` as a new or replaceable ``.nc`` file, checked before any work is done."""
+    if path.is_dir():
+        raise ValueError(f"--out {path}: is a folder — give a file name such as {path}/fit.nc")
+    if path.suffix.lower() not in (".nc", ".nc4", ".netcdf"):
+        raise ValueError(
+            f"--out {path}: a fit is saved as netCDF — give a name ending in .nc (e.g. fit.nc)"
+        )
+    if path.parent.exists() and not path.parent.is_dir():
+        raise ValueError(f"--out {path}: {path.parent} is a file, not a folder")
+    return path
+
+
+def save_atomically(result, path: Path) -> Path:
+    """Write the fit beside ``path`` and move it into place (no half-written file on failure)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        result.save(tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
-    from specbayes.data import read_sweeps
+    from specbayes.data import read_sweeps, validate_sweeps
     from specbayes.fit import fit
 
+    out = check_out_file(args.out)
     df = read_sweeps(args.data)
+    table = validate_sweeps(df, allow_unknown_alpha=True)  # one line per rule, before sampling
+    if table.data.empty:
+        raise ValueError(
+            f"{args.data}: all {len(table.excluded)} rows are excluded ({table.summary()}) — "
+            "nothing left to fit; `specbayes ingest FILE` lists each row's reason"
+        )
     config = {
         key: getattr(args, key)
         for key in ("chains", "draws", "tune", "seed", "cores", "sampler", "start")
         if getattr(args, key) is not None
     }
-    result = fit(df, model=args.model, sampler_config=config, progress=not args.quiet)
-    path = result.save(args.out)
+    result = fit(table, model=args.model, sampler_config=config, progress=not args.quiet)
+    path = save_atomically(result, out)
     summary = result.summary()
     print(format_summary(summary))
     print(f"wrote {path}")

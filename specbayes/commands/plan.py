@@ -3,10 +3,88 @@
 from __future__ import annotations
 
 import argparse
-import json
+import math
 from pathlib import Path
 
-from specbayes.commands import float_list, int_list
+import numpy as np
+
+from specbayes.commands import (
+    acceptance,
+    acceptance_list,
+    float_list,
+    int_list,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    probability,
+)
+
+#: Printed column names (with units) of the plan tables; columns not listed are not printed.
+COLUMNS: dict[str, dict[str, str]] = {
+    "speedup": {
+        "rps": "load (req/s)",
+        "median": "speedup median",
+        "lo": "90% lo",
+        "hi": "90% hi",
+        "p_faster": "P(SD faster)",
+        "p_dense_saturated": "P(dense sat.)",
+        "p_sd_saturated": "P(SD sat.)",
+    },
+    "break_even": {
+        "k": "k",
+        "rps_star_median": "RPS* median (req/s)",
+        "rps_star_lo": "90% lo",
+        "rps_star_hi": "90% hi",
+        "p_wins_then_loses": "P(wins, then loses)",
+        "p_always_wins": "P(always wins)",
+        "p_never_wins": "P(never wins)",
+        "p_loses_then_wins": "P(loses, then wins)",
+        "dense_saturation_rps_median": "dense saturates at (req/s)",
+    },
+    "cost_ratios": {
+        "k": "k",
+        "c1r_mean": "C1R mean",
+        "c1r_lo": "90% lo",
+        "c1r_hi": "90% hi",
+        "c2r_mean": "C2R mean",
+        "c2r_lo": "90% lo ",
+        "c2r_hi": "90% hi ",
+        "p_c2r_above_1": "P(C2R > 1)",
+        "red_flag": "red flag",
+    },
+    "k_table": {
+        "alpha": "alpha",
+        "rps": "load (req/s)",
+        "k_bayes": "best k",
+        "expected_latency": "E[latency] (s)",
+        "regret": "regret",
+        "p_bayes_saturated": "P(best k sat.)",
+    },
+    "capacity": {
+        "k": "k",
+        "capacity_rps": "capacity (req/s)",
+        "median_rps": "median (req/s)",
+        "zero_load_latency_median": "zero-load latency (s)",
+        "p_slo_feasible": "P(zero-load < SLO)",
+        "max_measured_rps": "highest measured (req/s)",
+        "extrapolated": "extrapolated",
+    },
+}
+COLUMNS["replicas"] = {**COLUMNS["capacity"], "replicas": "replicas"}
+
+TITLES = {
+    "speedup": "speedup over dense vs load (L_dense / L_SD)",
+    "break_even": "break-even load RPS* (SD stops paying)",
+    "cost_ratios": "cost ratios SD / dense (C1R: zero-load cost, C2R: cost per unit of load)",
+    "k_table": "best draft length per (alpha, load); k = 0 is dense",
+    "capacity": "capacity: highest load meeting the SLO",
+    "replicas": "replicas to carry the total load under the SLO",
+}
+
+LEGEND = (
+    "90% lo / hi: the central 90 % interval of posterior draws; ∞: unbounded (the server "
+    "saturates in some draws); —: undefined (e.g. no draw crosses break-even; not measured)."
+)
 
 
 def _arm_args(p: argparse.ArgumentParser) -> None:
@@ -14,11 +92,15 @@ def _arm_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--verifier")
     g.add_argument("--hardware")
     g.add_argument("--drafter")
-    g.add_argument("--cell", help="workload label (default '<prefill>x<decode>')")
-    g.add_argument("--prefill", type=float, help="mean prompt tokens")
-    g.add_argument("--decode", type=float, help="mean output tokens")
-    g.add_argument("--alpha", type=float, help="per-token acceptance (omit: inferred alpha)")
-    g.add_argument("--k", type=int, help="draft length of the SD arm")
+    g.add_argument(
+        "--cell",
+        help="workload: a fitted cell, or '<prefill>x<decode>' (e.g. 256x256), which sets the "
+        "tokens; with --prefill/--decode, a label",
+    )
+    g.add_argument("--prefill", type=nonneg_float, help="mean prompt tokens")
+    g.add_argument("--decode", type=positive_float, help="mean output tokens")
+    g.add_argument("--alpha", type=acceptance, help="per-token acceptance (omit: the data's)")
+    g.add_argument("--k", type=nonneg_int, help="draft length of the SD arm")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,17 +108,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "plan",
         help="speedup vs load, break-even, best k, capacity and replicas from a saved fit",
         description="Decisions with intervals from a saved fit (FIT.nc). Every number is "
-        "computed per posterior draw and then summarised.",
+        "computed per posterior draw and then summarised. Loads in requests/s, latencies in "
+        "seconds, intervals are central 90 %% intervals.",
     )
     p.add_argument("fit", type=Path, help="fit artefact written by `specbayes fit --out`")
     _arm_args(p)
     p.add_argument("--rps", type=float_list, help="request rates for the speedup table")
-    p.add_argument("--alphas", type=float_list, help="alpha grid of the k-table")
+    p.add_argument("--alphas", type=acceptance_list, help="alpha grid of the k-table")
     p.add_argument("--ks", type=int_list, default=list(range(0, 11)), help="candidate k (0=dense)")
-    p.add_argument("--slo", type=float, help="mean-latency SLO in seconds")
-    p.add_argument("--prob", type=float, default=0.9, help="probability the SLO must be met")
-    p.add_argument("--total-rps", type=float, help="total load to size replicas for")
-    p.add_argument("--out", type=Path, help="directory for CSV/JSON tables")
+    p.add_argument("--slo", type=positive_float, help="mean-latency SLO in seconds")
+    p.add_argument("--prob", type=probability, default=0.9, help="P the SLO must be met")
+    p.add_argument(
+        "--total-rps", type=positive_float, help="total load to size replicas for (needs --slo)"
+    )
+    p.add_argument("--out", type=Path, help="folder for the CSV tables and plan.json")
     p.set_defaults(func=run_plan)
 
     r = sub.add_parser(
@@ -45,62 +130,93 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Write the collapse plot, speedup bands, k-map, cost ratios, capacity "
         "vs SLO and summary.md for one configuration of a saved fit.",
     )
-    r.add_argument("fit", type=Path)
+    r.add_argument("fit", type=Path, help="fit artefact written by `specbayes fit --out`")
     _arm_args(r)
-    r.add_argument("--slo", type=float, help="mean-latency SLO in seconds for the headline")
-    r.add_argument("--prob", type=float, default=0.9)
-    r.add_argument("--out", type=Path, required=True, help="output directory")
+    r.add_argument("--slo", type=positive_float, help="mean-latency SLO (s) for the headline")
+    r.add_argument("--prob", type=probability, default=0.9)
+    r.add_argument("--out", type=Path, required=True, help="output folder")
     r.set_defaults(func=run_report)
 
 
+def load_plannable(path: Path):
+    """The fit at ``path``, refused (one line) when its level cannot be planned with."""
+    from specbayes.fit import load_fit
+
+    fit = load_fit(path)
+    if fit.model_name == "dense":
+        raise ValueError(
+            f"{path}: a dense-level fit (k = 0 rows only) has no drafter costs, and plan "
+            "compares SD with dense — fit the sd level: `specbayes fit DATA --model sd`"
+        )
+    if fit.model_name == "moe":
+        raise ValueError(
+            f"{path}: planning with the moe level is not built yet — fit the sd level for "
+            "planning: `specbayes fit DATA --model sd`"
+        )
+    return fit
+
+
 def _arm(fit, args):
-    from dataclasses import replace
+    from specbayes.report import resolve_arm
 
-    from specbayes.report import default_arm
-
-    arm = default_arm(fit)
-    changes = {
-        name: getattr(args, name)
-        for name in ("verifier", "hardware", "drafter", "cell", "prefill", "decode", "alpha", "k")
-        if getattr(args, name) is not None
-    }
-    if ("prefill" in changes or "decode" in changes) and "cell" not in changes:
-        changes["cell"] = None
-    arm = replace(arm, **changes)
-    if arm.cell is None:
-        arm = replace(arm, cell=f"{round(arm.prefill)}x{round(arm.decode)}")
+    names = ("verifier", "hardware", "drafter", "cell", "prefill", "decode", "alpha", "k")
+    arm = resolve_arm(fit, **{n: getattr(args, n) for n in names})
+    if arm.k > 0 and arm.alpha is None and not getattr(fit, "alpha_inferred", False):
+        raise ValueError("--alpha: the fit did not infer alpha for this arm — give --alpha")
     return arm
 
 
-def _print(title: str, df) -> None:
+def rate_grid(top: float, n: int = 7) -> list[float]:
+    """About ``n`` loads from 0 to ``top`` on round steps (1, 2, 2.5 or 5 × 10^k req/s)."""
+    if not (np.isfinite(top) and top > 0):
+        return [0.0]
+    raw = top / (n - 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    count = math.floor(top / step + 1e-9)
+    return [round(i * step, 10) for i in range(count + 1)]
+
+
+def _cell(value, column: str) -> str:
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return str(value)
+    if isinstance(value, float | np.floating):
+        if np.isnan(value):
+            return "—"
+        if np.isinf(value):
+            return "∞" if value > 0 else "-∞"
+        if column.startswith("p_"):
+            return f"{value:.2f}"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def display(name: str, table):
+    """``table`` with printed column names (units, '90% lo/hi') and formatted cells."""
     import pandas as pd
 
-    with pd.option_context(
-        "display.width", 140, "display.max_columns", 30, "display.float_format", "{:.4g}".format
-    ):
-        print(f"\n== {title}\n{df.to_string(index=False)}")
+    cols = {c: h for c, h in COLUMNS[name].items() if c in table}
+    return pd.DataFrame({h: [_cell(v, c) for v in table[c]] for c, h in cols.items()})
 
 
-def run_plan(args: argparse.Namespace) -> int:
+def _print(name: str, table) -> None:
+    print(f"\n== {TITLES[name]}\n{display(name, table).to_string(index=False)}")
+
+
+def _tables(fit, arm, args) -> dict:
     from dataclasses import replace
 
-    import numpy as np
-
     from specbayes import laws, plan
-    from specbayes.fit import load_fit
 
-    fit = load_fit(args.fit)
-    arm = _arm(fit, args)
-    if arm.k == 0:
-        raise ValueError("the planner compares an SD arm with dense: give --k >= 1")
-    print(f"plan for {arm.label()} on {arm.hardware}, workload {arm.cell}")
     dense = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
-    sat = np.median(laws.saturation_rps(*dense))
-    rps = args.rps or list(np.round(np.linspace(0, 0.9 * sat, 7), 3))
+    sat = float(np.median(laws.saturation_rps(*dense)))
+    rps = args.rps or rate_grid(0.9 * sat)
     tables = {
         "speedup": plan.speedup(fit, arm, rps),
         "break_even": plan.break_even(fit, arm),
-        "cost_ratios": plan.cost_ratios(fit, arm, ks=[k for k in args.ks if k > 0]),
+        "cost_ratios": plan.cost_ratios(fit, arm, ks=[k for k in args.ks if k > 0] or [arm.k]),
     }
     k_arm = arm if arm.alpha is not None else replace(arm, alpha=0.75)
     alphas = args.alphas or ([arm.alpha] if arm.alpha is not None else [0.6, 0.75, 0.9])
@@ -111,40 +227,68 @@ def run_plan(args: argparse.Namespace) -> int:
             tables["replicas"] = plan.replicas(
                 fit, arm, args.total_rps, args.slo, prob=args.prob, ks=args.ks
             )
+    return tables
+
+
+def _write_plan(out: Path, arm, tables: dict) -> None:
+    from specbayes.artefacts import dumps, staged_dir
+
+    with staged_dir(out) as tmp:
+        for name, t in tables.items():
+            t.to_csv(tmp / f"{name}.csv", index=False)
+        doc = dict(
+            arm=arm.label(),
+            verifier=arm.verifier,
+            hardware=arm.hardware,
+            drafter=arm.drafter,
+            workload=dict(cell=arm.cell, prefill=arm.prefill, decode=arm.decode),
+            alpha=arm.alpha,
+            k=arm.k,
+            units=dict(rps="requests/s", latency="s", interval="central 90 % (lo, hi)"),
+            tables={name: t.to_dict(orient="records") for name, t in tables.items()},
+        )
+        (tmp / "plan.json").write_text(dumps(doc))
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from specbayes.artefacts import check_out_dir
+
+    if args.total_rps is not None and args.slo is None:
+        raise ValueError(
+            "--total-rps: replicas are sized under a latency SLO — give --slo SECONDS too"
+        )
+    if args.out is not None:
+        check_out_dir(args.out)
+    fit = load_plannable(args.fit)
+    arm = _arm(fit, args)
+    if arm.k == 0:
+        raise ValueError("--k 0: the planner compares an SD arm with dense — give --k 1 or more")
+    print(f"plan for {arm.label()} on {arm.hardware}, workload {arm.cell} "
+          f"(prefill {arm.prefill:g}, decode {arm.decode:g} tokens)")  # fmt: skip
+    tables = _tables(fit, arm, args)
     for name, t in tables.items():
-        shown = t
-        if name == "k_table":
-            shown = t[
-                ["alpha", "rps", "k_bayes", "expected_latency", "regret", "p_bayes_saturated"]
-            ]
-        _print(name, shown)
+        if not (name == "capacity" and "replicas" in tables):  # replicas repeats its columns
+            _print(name, t)
+    print(f"\n{LEGEND}")
     sat_rows = tables["speedup"][tables["speedup"].p_dense_saturated > 0.5]
     if len(sat_rows):
         print(
-            f"\nnote: at {', '.join(f'{r:g}' for r in sat_rows.rps)} req/s the dense server is "
+            f"note: at {', '.join(f'{r:g}' for r in sat_rows.rps)} req/s the dense server is "
             "saturated in most draws — its latency is unbounded, so the speedup there is not a "
-            "ratio of latencies (reported as P(faster) only)."
+            "ratio of latencies (read P(SD faster))."
         )
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        for name, t in tables.items():
-            t.to_csv(args.out / f"{name}.csv", index=False)
-        (args.out / "plan.json").write_text(
-            json.dumps(
-                {name: t.to_dict(orient="records") for name, t in tables.items()},
-                indent=2,
-                default=float,
-            )
-        )
-        print(f"\nwrote {len(tables)} tables to {args.out}/")
+        _write_plan(args.out, arm, tables)
+        print(f"\nwrote {len(tables)} tables (CSV) and plan.json to {args.out}/")
     return 0
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from specbayes.fit import load_fit
+    from specbayes.artefacts import check_out_dir
     from specbayes.report import write_report
 
-    fit = load_fit(args.fit)
+    check_out_dir(args.out)
+    fit = load_plannable(args.fit)
     head = write_report(fit, args.out, arm=_arm(fit, args), slo=args.slo, prob=args.prob)
     print("\n".join(head.lines))
     print(f"report written to {args.out}/summary.md")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from specbayes.commands import int_list
+from specbayes.commands import nonneg_int, positive_int, positive_int_list
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,26 +17,39 @@ def register(sub: argparse._SubParsersAction) -> None:
         "curve_fit trend baseline on the same folds; then fit all data for in-sample checks "
         "(PSIS-LOO Pareto k, BFMI, posterior-predictive coverage).",
     )
-    p.add_argument("data", type=Path, help="sweep table (CSV/parquet) or bundled name (demo)")
+    p.add_argument(
+        "data", type=Path, help="sweep table (CSV/parquet) or a bundled name (demo, paper)"
+    )
     p.add_argument("--model", choices=["dense", "sd", "moe"], default="sd")
-    p.add_argument("--leave-out", type=int_list, default=[1, 2, 4], help="n values, e.g. 1,2,4")
-    p.add_argument("--repeats", type=int, default=3, help="folds per n")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--draws", type=int, help="posterior draws per chain (default: the fit's)")
-    p.add_argument("--tune", type=int, help="tuning steps per chain")
-    p.add_argument("--chains", type=int, help="chains")
-    p.add_argument("--jobs", type=int, help="parallel fold processes (default: all cores)")
+    p.add_argument(
+        "--leave-out", type=positive_int_list, default=[1, 2, 4], help="n values, e.g. 1,2,4"
+    )
+    p.add_argument("--repeats", type=positive_int, default=3, help="folds per n")
+    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--draws", type=positive_int, help="draws per chain (default: the fit's)")
+    p.add_argument("--tune", type=nonneg_int, help="tuning steps per chain")
+    p.add_argument("--chains", type=positive_int, help="chains")
+    p.add_argument("--jobs", type=positive_int, help="parallel fold processes (default: all cores)")
     p.add_argument("--no-baseline", action="store_true", help="skip the curve_fit baseline")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--out", type=Path, required=True, help="output folder")
     p.set_defaults(func=run)
 
 
 def _load(path: Path):
+    """A sweep file, or a bundled dataset when ``path`` is a bare name (``demo``, ``paper``)."""
     from specbayes.data import read_sweeps
-    from specbayes.datasets import load_dataset
+    from specbayes.datasets import DATA_DIR, load_dataset
 
-    if path.exists():
+    bare = len(path.parts) == 1 and not path.suffix
+    if path.exists() or not bare:
         return read_sweeps(path)
+    if not (DATA_DIR / path).with_suffix(".parquet").exists():
+        names = sorted(p.stem for p in DATA_DIR.glob("*.parquet"))
+        raise FileNotFoundError(
+            f"{path}: no such sweep file, and not a bundled dataset (bundled: "
+            f"{', '.join(names) or 'none'}) — check the path"
+        )
     return load_dataset(str(path))
 
 
@@ -65,24 +77,51 @@ def in_sample_checks(result) -> dict:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def _config(args: argparse.Namespace) -> dict:
+    pairs = (("draws", args.draws), ("tune", args.tune), ("chains", args.chains))
+    return {k: v for k, v in (*pairs, ("seed", args.seed)) if v is not None}
+
+
+def _write(out: Path, res, checks: dict, pareto_k) -> int:
+    """Tables, JSON and figures into ``out`` (staged: all or nothing); the figure count."""
     import matplotlib.pyplot as plt
 
     from specbayes import plots
+    from specbayes.artefacts import dumps, staged_dir
+
+    figs = {
+        "heldout_vs_observed.png": plots.plot_heldout(res.predictions),
+        "pareto_k.png": plots.plot_pareto_k(pareto_k),
+    }
+    if res.pit:
+        figs["coverage_vs_nominal.png"] = plots.plot_coverage(res.pit)
+        figs["pit_hist.png"] = plots.plot_pit(res.pit)
+    try:
+        with staged_dir(out) as tmp:
+            res.folds.to_csv(tmp / "folds.csv", index=False)
+            res.overall.to_csv(tmp / "overall.csv", index=False)
+            res.predictions.to_csv(tmp / "heldout_predictions.csv", index=False)
+            res.skipped.to_csv(tmp / "skipped.csv", index=False)
+            (tmp / "in_sample.json").write_text(dumps(checks))
+            (tmp / "overall.json").write_text(
+                dumps({"overall": res.overall.to_dict(orient="records")})
+            )
+            for name, fig in figs.items():
+                fig.savefig(tmp / name, dpi=110)
+    finally:
+        for fig in figs.values():
+            plt.close(fig)
+    return len(figs)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specbayes.artefacts import check_out_dir, dumps
     from specbayes.data import validate_sweeps
     from specbayes.fit import fit
     from specbayes.validate import leave_n_out
 
-    cfg = {
-        k: v
-        for k, v in (
-            ("draws", args.draws),
-            ("tune", args.tune),
-            ("chains", args.chains),
-            ("seed", args.seed),
-        )
-        if v is not None
-    }
+    check_out_dir(args.out)
+    cfg = _config(args)
     table = validate_sweeps(_load(args.data), allow_unknown_alpha=True)
     print(f"{table.summary()}; leave-out n = {args.leave_out}, {args.repeats} folds each")
     methods = ("specbayes",) if args.no_baseline else ("specbayes", "baseline")
@@ -95,13 +134,8 @@ def run(args: argparse.Namespace) -> int:
         sampler_config=cfg,
         methods=methods,
         n_jobs=args.jobs,
+        progress=not args.quiet,
     )
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    res.folds.to_csv(out / "folds.csv", index=False)
-    res.overall.to_csv(out / "overall.csv", index=False)
-    res.predictions.to_csv(out / "heldout_predictions.csv", index=False)
-    res.skipped.to_csv(out / "skipped.csv", index=False)
     print("\n== held-out scores (mean over folds)")
     print(res.overall.to_string(index=False, float_format="{:.4g}".format))
     if len(res.skipped):
@@ -109,23 +143,11 @@ def run(args: argparse.Namespace) -> int:
         print(res.skipped.to_string(index=False))
 
     print("\nfitting all rows for in-sample checks …")
-    full = fit(table, model=args.model, sampler_config=cfg, progress=False)
+    full = fit(table, model=args.model, sampler_config=cfg, progress=not args.quiet)
     checks = in_sample_checks(full)
     pareto_k = checks.pop("pareto_k")
     checks.update(full.summary())
-    print(json.dumps(checks, indent=2, default=float))
-    (out / "in_sample.json").write_text(json.dumps(checks, indent=2, default=float))
-    (out / "overall.json").write_text(res.overall.to_json(orient="records", indent=2))
-
-    figs = {
-        "heldout_vs_observed.png": plots.plot_heldout(res.predictions),
-        "pareto_k.png": plots.plot_pareto_k(pareto_k),
-    }
-    if res.pit:
-        figs["coverage_vs_nominal.png"] = plots.plot_coverage(res.pit)
-        figs["pit_hist.png"] = plots.plot_pit(res.pit)
-    for name, fig in figs.items():
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-    print(f"\nwrote tables and {len(figs)} figures to {out}/")
+    print(dumps(checks, note_nulls=False))
+    n_figs = _write(args.out, res, checks, pareto_k)
+    print(f"\nwrote tables and {n_figs} figures to {args.out}/")
     return 0

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-__all__ = ["handler", "register"]
+from specbayes.commands import acceptance, nonneg_int, positive_float, positive_int, probability
+
+__all__ = ["OUT_SUFFIXES", "handler", "register"]
+
+#: File types ``--out`` can write.
+OUT_SUFFIXES = (".csv", ".csv.gz", ".parquet")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,27 +28,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter", help="draft model ('none' or omit for dense runs)")
     p.add_argument("--hardware", help="accelerator, e.g. H100-SXM (required unless in sidecar)")
     acc = p.add_mutually_exclusive_group()
-    acc.add_argument("--alpha", type=float, help="per-token acceptance probability")
+    acc.add_argument("--alpha", type=acceptance, help="per-token acceptance probability")
     acc.add_argument(
-        "--acceptance-length", type=float, help="mean acceptance length, 1 + accepted/drafts"
+        "--acceptance-length",
+        type=positive_float,
+        help="mean acceptance length, 1 + accepted/drafts",
     )
-    p.add_argument("--k", type=int, help="draft length (0 = dense)")
+    p.add_argument("--k", type=nonneg_int, help="draft length (0 = dense)")
     p.add_argument("--cell", help="workload label (default: <prefill>x<decode> per file)")
-    p.add_argument("--tp", type=int, help="tensor-parallel degree")
+    p.add_argument("--tp", type=positive_int, help="tensor-parallel degree")
     p.add_argument("--sidecar", help="YAML/JSON file of labels (global and per file)")
-    p.add_argument("--out", help="write the sweep table here (.csv or .parquet)")
+    p.add_argument(
+        "--out",
+        help="write the sweep table here (.csv, .csv.gz or .parquet); written only when every "
+        "row is valid",
+    )
     p.add_argument(
         "--skip-invalid", action="store_true", help="skip unreadable files (listed) instead"
     )
     p.add_argument(
         "--rate-tolerance",
-        type=float,
+        type=probability,
         default=None,
         help="flag open-loop points whose achieved/target rate is below this (default 0.9)",
     )
     p.add_argument(
         "--error-threshold",
-        type=float,
+        type=probability,
         default=None,
         help="flag points with errored requests above this fraction (default 0.05)",
     )
@@ -57,14 +69,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handler)
 
 
-def handler(args: argparse.Namespace) -> int:
-    """Run ``specbayes ingest``; returns the exit code."""
-    from pathlib import Path
+def check_out(path: str | None) -> Path | None:
+    """``--out`` checked before any file is read: a known table type, not a folder."""
+    if path is None:
+        return None
+    out = Path(path)
+    if out.is_dir():
+        raise ValueError(f"--out {out}: is a folder — give a file name such as {out}/sweeps.csv")
+    if not out.name.lower().endswith(OUT_SUFFIXES):
+        raise ValueError(
+            f"--out {out}: cannot write a {out.suffix or 'suffix-less'} file — the sweep "
+            f"table is written as {', '.join(OUT_SUFFIXES)}; give one of those suffixes"
+        )
+    return out
 
-    from specbayes.data import SweepValidationError, validate_sweeps
+
+def write_table(df, out: Path) -> None:
+    """Write ``df`` beside ``out`` and move it into place (nothing half-written on failure)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.partial")
+    try:
+        if out.name.lower().endswith(".parquet"):
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False, compression="gzip" if out.name.endswith(".gz") else None)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def handler(args: argparse.Namespace) -> int:
+    """Run ``specbayes ingest``; returns the exit code.
+
+    Raises
+    ------
+    ValueError
+        An unreadable file, a bad label, an invalid row (``SweepValidationError``) or a bad
+        ``--out``: the CLI prints it as one line and exits with status 2; ``--out`` is then
+        not written.
+    """
+    from specbayes.data import validate_sweeps
     from specbayes.ingest import ERROR_THRESHOLD, RATE_TOLERANCE, ingest_files
     from specbayes.ingest.speculators import compare_sd_dense, fit_closed_loop, format_comparison
 
+    out = check_out(args.out)
     df = ingest_files(
         args.files,
         verifier=args.verifier,
@@ -85,16 +133,10 @@ def handler(args: argparse.Namespace) -> int:
     print(summary_table(df))
     for path, error in df.attrs.get("skipped", []):
         print(f"skipped {path}: {error}")
-    try:
-        table = validate_sweeps(df, allow_unknown_alpha=True)
-    except SweepValidationError as exc:
-        print(f"validation: {exc}")
-        status = 1
-    else:
-        print(f"validation: {table.summary()}")
-        for idx, row in table.excluded.iterrows():
-            print(f"  excluded row {idx} ({row['source']}): {row['reason']}")
-        status = 0
+    table = validate_sweeps(df, allow_unknown_alpha=True)  # an invalid row: one line, exit 2
+    print(f"validation: {table.summary()}")
+    for idx, row in table.excluded.iterrows():
+        print(f"  excluded row {idx} ({row['source']}): {row['reason']}")
     if args.fit:
         fits = fit_closed_loop(df)
         if fits.empty:
@@ -108,15 +150,10 @@ def handler(args: argparse.Namespace) -> int:
             print("compare: needs dense (k=0) and SD closed-loop points at the same N")
         else:
             print(format_comparison(comparison))
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix == ".parquet":
-            df.to_parquet(out, index=False)
-        else:
-            df.to_csv(out, index=False)
+    if out is not None:
+        write_table(df, out)
         print(f"wrote {len(df)} rows to {out}")
-    return status
+    return 0
 
 
 def summary_table(df) -> str:
