@@ -12,7 +12,7 @@ from scipy.optimize import curve_fit
 from specbayes import laws
 from specbayes.data import validate_sweeps
 from specbayes.sim import EngineConfig, build_dataset, make_config, run_point, simulate_point
-from specbayes.sim.costs import attention_pairs, pass_time
+from specbayes.sim.costs import EAGER_LAYER, LAYERS, attention_pairs, pass_time
 from specbayes.sim.routing import coverage_cap, routing_table, sample_distinct_experts
 from specbayes.sim.sweep import sweep_config
 
@@ -20,24 +20,36 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def _hand_latency(cfg, budget: int) -> float:
-    """One request alone on the engine, stepped by hand through the cost model."""
+    """One request alone on the engine, stepped by hand through the cost model.
+
+    The mechanism of vLLM V1's EAGLE path: the drafter's first pass runs over every token
+    the verifier processed (the prefill chunk, or the k + 1 verified tokens), then k - 1
+    one-token passes; each speculative step adds the rejection/bookkeeping overhead; a step
+    larger than the CUDA-graph limit pays the per-layer launch cost.
+    """
     p, g, k = cfg.prefill, cfg.decode, cfg.k
+    e = cfg.engine
+    cap = e.capture_limit(k)
+    v_eager = cfg.vcost[LAYERS] * cfg.vcost[EAGER_LAYER]
+    d_eager = cfg.dcost[LAYERS] * cfg.dcost[EAGER_LAYER]
     t = 0.0
     done = 0
     while done < p:  # chunked prefill
         c = min(budget, p - done)
         pairs = attention_pairs(done, c)
-        t += pass_time(cfg.vcost, c, 1, done, 0.0, pairs, 0.0, 1)
+        t += pass_time(cfg.vcost, c, 1, done, 0.0, pairs, 0.0, 1) + (v_eager if c > cap else 0)
         if k > 0:  # the drafter's first pass runs over the prefill tokens
-            t += pass_time(cfg.dcost, c, 0, done, 0.0, pairs, 0.0, 0)
+            t += pass_time(cfg.dcost, c, 0, done, 0.0, pairs, 0.0, 0) + (d_eager if c > cap else 0)
         done += c
     gen, s = 1, p  # the last prefill step samples the first token
     while gen < g:
         q = k + 1
-        t += pass_time(cfg.vcost, q, q, s, 0.0, attention_pairs(s, q), 0.0, 1)
+        pairs = attention_pairs(s, q)
+        t += pass_time(cfg.vcost, q, q, s, 0.0, pairs, 0.0, 1) + (v_eager if q > cap else 0)
         if k > 0:
-            t += pass_time(cfg.dcost, 1, 1, s, 0.0, s + 1, 0.0, 1)
+            t += pass_time(cfg.dcost, q, 1, s, 0.0, pairs, 0.0, 1)
             t += (k - 1) * pass_time(cfg.dcost, 1, 1, s, 0.0, s + 1, 0.0, 1)
+            t += e.spec_step_overhead_s + e.spec_seq_overhead_s
         commit = min(k + 1, g - gen)  # alpha = 1: every draft accepted
         gen += commit
         s += commit

@@ -47,7 +47,7 @@ def test_shipped_dataset_validates(name):
     df = pd.read_parquet(path)
     table = validate_sweeps(df, source=str(path))
     assert len(table.data) > 0.8 * len(df)
-    assert set(df["source"]) == {"specbayes.sim 1"}
+    assert set(df["source"]) == {"specbayes.sim 2"}
     assert (
         df.groupby(["verifier", "drafter", "hardware", "cell", "k", "alpha"], dropna=False).size()
         == 10

@@ -66,7 +66,9 @@ AR_TOKEN = 12  # all-reduce seconds per token
 STEP_OVERHEAD = 13  # fixed seconds per pass
 SEQ_OVERHEAD = 14  # seconds per scheduled sequence
 OVERLAP = 15  # overlap of memory and compute time within a kernel class (1 = pure roofline max)
-N_COST = 16
+LAYERS = 16  # decoder layers (for the per-layer launch cost of a pass run without a CUDA graph)
+EAGER_LAYER = 17  # seconds per layer of a pass run without a CUDA graph
+N_COST = 18
 
 
 @dataclass(frozen=True)
@@ -92,12 +94,33 @@ class EngineConfig:
     seq_overhead_s : float
         Extra CPU cost per scheduled sequence per step (ASSUMPTION: 10 µs).
     draft_pass_overhead_s : float
-        Fixed cost of one drafter pass (ASSUMPTION: 0.2 ms; drafter passes are graph-captured).
+        Fixed cost of one drafter pass (ASSUMPTION, see ``spec_defaults`` below). vLLM V1's
+        drafter loop rebuilds the attention metadata on the CPU before every pass and runs
+        the drafter under PIECEWISE CUDA graphs only (attention outside the graph):
+        ``vllm/v1/spec_decode/llm_base_proposer.py`` (``propose``,
+        ``initialize_cudagraph_keys``: "Only supports PIECEWISE cudagraphs").
     draft_seq_overhead_s : float
         Extra cost per decoding sequence per drafter pass (ASSUMPTION: 5 µs — input
         preparation and draft sampling per request).
+    spec_step_overhead_s : float
+        Fixed cost per speculative step outside the forward passes: rejection sampling of
+        the ``k + 1`` verified positions, the proposer's bookkeeping (next-token and
+        rejected-token indices, ``prepare_inputs`` of the padded drafter batch) and the
+        extra GPU->CPU synchronisation (ASSUMPTION, see ``spec_defaults``).
+    spec_seq_overhead_s : float
+        The same per decoding sequence (ASSUMPTION).
     roofline_overlap : float
-        Overlap ``o`` of memory and compute time within a kernel class (ASSUMPTION: 0.5).
+        Overlap ``o`` of memory and compute time within a kernel class (ASSUMPTION,
+        calibrated on ``data/real``, see ``benchmarks/sim_realism.md``).
+    max_cudagraph_capture_size : int or None
+        Largest step (tokens) replayed from a CUDA graph; larger steps run without one and
+        pay ``eager_layer_overhead_s`` per layer. ``None`` = vLLM's rule
+        ``min(max_num_seqs * (1 + k) * 2, 512, max_num_batched_tokens)``
+        (``vllm/config/vllm.py`` ``_set_cudagraph_sizes``; the dispatcher returns
+        ``CUDAGraphMode.NONE`` above it).
+    eager_layer_overhead_s : float
+        Launch cost per decoder layer of a pass run without a CUDA graph (ASSUMPTION:
+        30 µs — some 15 kernels per layer at ~2 µs of CPU launch each).
     kv_blocks_override : int or None
         Force the number of KV blocks (tests use it to provoke preemption).
     """
@@ -109,10 +132,20 @@ class EngineConfig:
     activation_reserve_gib: float = 2.0
     step_overhead_s: float = 1.5e-3
     seq_overhead_s: float = 1.0e-5
-    draft_pass_overhead_s: float = 2.0e-4
+    draft_pass_overhead_s: float = 6.0e-4
     draft_seq_overhead_s: float = 5.0e-6
-    roofline_overlap: float = 0.5
+    spec_step_overhead_s: float = 5.0e-4
+    spec_seq_overhead_s: float = 0.0
+    roofline_overlap: float = 0.0
+    max_cudagraph_capture_size: int | None = None
+    eager_layer_overhead_s: float = 3.0e-5
     kv_blocks_override: int | None = None
+
+    def capture_limit(self, k: int) -> int:
+        """Largest CUDA-graph step (tokens) for draft length ``k`` (vLLM's default rule)."""
+        if self.max_cudagraph_capture_size is not None:
+            return int(self.max_cudagraph_capture_size)
+        return min(self.max_num_seqs * (1 + k) * 2, 512, self.max_num_batched_tokens)
 
 
 def cost_vector(
@@ -123,6 +156,7 @@ def cost_vector(
     step_overhead_s: float,
     seq_overhead_s: float,
     overlap: float = 0.5,
+    eager_layer_s: float = 0.0,
 ) -> np.ndarray:
     """The flat cost vector of one network (verifier or drafter) on ``tp`` GPUs of ``hw``.
 
@@ -138,6 +172,8 @@ def cost_vector(
         Per-pass and per-sequence overheads (s).
     overlap : float
         Fraction of the smaller of memory and compute time hidden under the larger.
+    eager_layer_s : float
+        Launch cost per layer of a pass run without a CUDA graph (added by the engine).
 
     Returns
     -------
@@ -166,6 +202,8 @@ def cost_vector(
     c[STEP_OVERHEAD] = step_overhead_s
     c[SEQ_OVERHEAD] = seq_overhead_s
     c[OVERLAP] = overlap
+    c[LAYERS] = float(geom.layers)
+    c[EAGER_LAYER] = eager_layer_s
     return c
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from specbayes.sim.costs import pass_time
+from specbayes.sim.costs import EAGER_LAYER, LAYERS, pass_time
 
 # indices of the stats vector returned by the kernel
 S_PREEMPT = 0
@@ -77,6 +77,11 @@ def _simulate(
     n_warm,
     n_end,
     seed,
+    parallel_draft,
+    draft_graph,
+    capture,
+    spec_step_s,
+    spec_seq_s,
 ):
     np.random.seed(seed)  # noqa: NPY002 (numba: per-thread legacy RNG)
     n = arrival.shape[0]
@@ -242,23 +247,54 @@ def _simulate(
             experts,
             float(n_dec + n_pre),
         )
+        if n_tok > capture:  # no CUDA graph for this step size: per-layer launch cost
+            dt += vcost[LAYERS] * vcost[EAGER_LAYER]
         if speculate:
             ctx_d = ctx_dec + ctx_pre
-            d_pairs = ctx_dec + n_dec + pairs_pre
-            dt += pass_time(
-                dcost, float(n_dec + tok_pre), float(n_dec), ctx_d, 0.0, d_pairs, 0.0, float(n_dec)
-            )
-            if n_dec > 0 and k > 1:
-                dt += (k - 1) * pass_time(
+            if parallel_draft:
+                # one pass drafts the whole block: k query tokens per decoding sequence,
+                # attending to the context and the block; the verified tokens' (and the
+                # prefill's) hidden states enter the drafter's context as well
+                n_q = n_dec * k
+                n_d = n_q + n_dec * q_dec + tok_pre
+                d_pairs = k * ctx_dec + n_dec * k * (k + 1) / 2.0 + pairs + pairs_pre
+                dt += pass_time(
+                    dcost, float(n_d), float(n_q), ctx_d, 0.0, d_pairs, 0.0, float(n_dec)
+                )
+                if n_d > capture or not draft_graph:
+                    dt += dcost[LAYERS] * dcost[EAGER_LAYER]
+            else:
+                # first pass over every token the verifier processed (k + 1 per decoding
+                # sequence + prefill), logits for one position per sequence
+                n_d = n_dec * q_dec + tok_pre
+                dt += pass_time(
                     dcost,
+                    float(n_d),
                     float(n_dec),
-                    float(n_dec),
-                    ctx_dec,
+                    ctx_d,
                     0.0,
-                    ctx_dec + n_dec,
+                    pairs + pairs_pre,
                     0.0,
                     float(n_dec),
                 )
+                if n_d > capture or not draft_graph:
+                    dt += dcost[LAYERS] * dcost[EAGER_LAYER]
+                if n_dec > 0 and k > 1:
+                    one = pass_time(
+                        dcost,
+                        float(n_dec),
+                        float(n_dec),
+                        ctx_dec,
+                        0.0,
+                        ctx_dec + n_dec,
+                        0.0,
+                        float(n_dec),
+                    )
+                    if n_dec > capture or not draft_graph:
+                        one += dcost[LAYERS] * dcost[EAGER_LAYER]
+                    dt += (k - 1) * one
+            if n_dec > 0:
+                dt += spec_step_s + spec_seq_s * n_dec
         t0 = t
         t += dt
         stats[S_STEPS] += 1
@@ -342,6 +378,11 @@ def run_engine(
     n_warm: int,
     n_end: int,
     seed: int,
+    parallel_draft: bool = False,
+    draft_graph: bool = True,
+    capture: int = 1 << 30,
+    spec_step_s: float = 0.0,
+    spec_seq_s: float = 0.0,
 ):
     """Run the compiled engine; see the module docstring for the mechanism.
 
@@ -373,4 +414,9 @@ def run_engine(
         int(n_warm),
         int(n_end),
         int(seed),
+        bool(parallel_draft),
+        bool(draft_graph),
+        int(capture),
+        float(spec_step_s),
+        float(spec_seq_s),
     )

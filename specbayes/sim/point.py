@@ -40,7 +40,7 @@ from specbayes.sim.routing import routing_table
 
 __all__ = ["SimConfig", "make_config", "point_seed", "run_point"]
 
-SIM_VERSION = "specbayes.sim 1"
+SIM_VERSION = "specbayes.sim 2"
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,8 @@ class SimConfig:
     dcost: np.ndarray = field(repr=False)
     moe_table: np.ndarray = field(repr=False)
     moe_full: float = 0.0
+    parallel_draft: bool = False
+    draft_graph: bool = True
 
     @property
     def key(self) -> str:
@@ -139,6 +141,7 @@ def make_config(
         if alpha is not None and not (0.0 < float(alpha) <= 1.0):
             raise ValueError(f"alpha must lie in (0, 1]; got alpha = {alpha}")
         dspec, dgeom, dname, alpha = None, None, "none", float("nan")
+    parallel_draft, draft_graph = _drafting(dspec)
     vgeom = vmodel.geometry()
     n_blocks, weight_gib, budget_gib = kv_capacity_blocks(vgeom, dgeom, hw, tp, engine)
     if engine.kv_blocks_override is not None:
@@ -167,6 +170,7 @@ def make_config(
         step_overhead_s=engine.step_overhead_s,
         seq_overhead_s=engine.seq_overhead_s,
         overlap=engine.roofline_overlap,
+        eager_layer_s=engine.eager_layer_overhead_s,
     )
     if dgeom is not None:
         dcost = cost_vector(
@@ -176,6 +180,7 @@ def make_config(
             step_overhead_s=engine.draft_pass_overhead_s,
             seq_overhead_s=engine.draft_seq_overhead_s,
             overlap=engine.roofline_overlap,
+            eager_layer_s=engine.eager_layer_overhead_s,
         )
     else:
         dcost = np.zeros_like(vcost)
@@ -200,7 +205,29 @@ def make_config(
         dcost=dcost,
         moe_table=table,
         moe_full=full,
+        parallel_draft=parallel_draft,
+        draft_graph=draft_graph,
     )
+
+
+def _drafting(dspec) -> tuple[bool, bool]:
+    """How the engine runs a drafter: (parallel block drafting, CUDA-graph replay).
+
+    Read from the drafter file's optional ``[sim]`` table (``drafting = "parallel"`` for
+    DFlash/DSpark-style drafters that draft the whole block in one pass, vLLM
+    ``vllm/v1/spec_decode/dflash.py`` / ``dspark.py``; ``cuda_graph = false`` when the
+    engine runs the draft forward eagerly). Default: autoregressive, graph-captured.
+    """
+    if dspec is None:
+        return False, True
+    import tomllib
+
+    with dspec.path.open("rb") as fh:
+        extra = tomllib.load(fh).get("sim", {})
+    mode = extra.get("drafting", "autoregressive")
+    if mode not in ("autoregressive", "parallel"):
+        raise ValueError(f"{dspec.path}: [sim] drafting must be 'autoregressive' or 'parallel'")
+    return mode == "parallel", bool(extra.get("cuda_graph", True))
 
 
 def _window_counts(n: int, warm: float, cool: float) -> tuple[int, int]:
@@ -296,6 +323,11 @@ def run_point(
         n_warm=n_warm,
         n_end=n_end,
         seed=s,
+        parallel_draft=cfg.parallel_draft,
+        draft_graph=cfg.draft_graph,
+        capture=e.capture_limit(cfg.k),
+        spec_step_s=e.spec_step_overhead_s,
+        spec_seq_s=e.spec_seq_overhead_s,
     )
     if by_completion and strategy == "throughput":
         # window from completion order, computed here (the kernel sets it for closed loops)

@@ -1,0 +1,279 @@
+"""Simulator realism: the simulator against real sweeps (``data/real``) and published facts.
+
+For every point of the real B200 sweeps (``data/real/speculators_qwen3.8-27b_b200_sweeps.csv``:
+Qwen3.8-27B on 1 x B200, closed loop N = 1..128, dense / DSpark k = 7 / MTP k = 2, two
+datasets) the simulator runs the same closed loop: N streams, the point's mean prompt and output
+lengths, the arm's draft length and the per-token acceptance alpha derived from the point's
+*measured* acceptance length (``laws.alpha_from_acceptance_length``). It reports the latency
+per arm and load, the speedup ``L_dense / L_sd`` per load, and simulated / measured.
+
+A second, public sweep (Qwen3-32B on 2 x H200, TP 2, ~2048 prompt / ~256 output tokens, EAGLE-3
+k = 3, constant rate 1..4 req/s) is not in the repository; the facts quoted in issue 31 (dense
+p50 3.33 / 3.92 s at 1 / 2 req/s, acceptance length 2.2-2.7, the real speedup losing about a fifth
+from 1 to 4 req/s) are checked against the simulation at alpha 0.6 and 0.75.
+
+Run: ``.venv/bin/python benchmarks/sim_realism.py [--write]`` (``--write`` rewrites
+``benchmarks/sim_realism.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from specbayes import laws
+from specbayes.sim import EngineConfig, simulate_point
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT / "data" / "real" / "speculators_qwen3.8-27b_b200_sweeps.csv"
+OUT = ROOT / "benchmarks" / "sim_realism.md"
+DRAFTERS = {"dspark": "DSpark-Qwen3.8-27B", "mtp": "MTP-Qwen3.8-27B"}
+TOLERANCE = 0.20
+
+
+def _requests(n: int) -> int:
+    return int(max(40, 5 * n))
+
+
+def simulate_real(engine: EngineConfig | None = None, seed: int = 0) -> pd.DataFrame:
+    """One simulated point per real point (closed loop at the real N, lengths and acceptance)."""
+    real = pd.read_csv(REAL)
+    rows = []
+    for _, r in real.iterrows():
+        k = int(r.k)
+        alpha = None
+        if k > 0:
+            alpha = float(laws.alpha_from_acceptance_length(r.acceptance_length, k))
+        sim = simulate_point(
+            "Qwen3.8-27B",
+            hardware="B200",
+            drafter=DRAFTERS.get(r.drafter),
+            prefill=round(r.prefill),
+            decode=round(r.decode),
+            k=k,
+            alpha=alpha,
+            concurrency=int(r.concurrency),
+            n_requests=_requests(int(r.concurrency)),
+            seed=seed,
+            engine=engine,
+        )
+        rows.append(
+            {
+                "cell": r.cell,
+                "arm": r.drafter,
+                "k": k,
+                "N": int(r.concurrency),
+                "alpha": alpha,
+                "real_latency": r.latency,
+                "sim_latency": sim["latency"],
+                "real_al": r.acceptance_length,
+                "sim_al": sim["acceptance_length"],
+                "saturated": bool(r.saturated),
+            }
+        )
+    df = pd.DataFrame(rows)
+    df["latency_ratio"] = df.sim_latency / df.real_latency
+    return df
+
+
+def speedups(df: pd.DataFrame) -> pd.DataFrame:
+    """Speedup L_dense / L_sd per (cell, arm, N), real and simulated."""
+    dense = df[df.arm == "none"].set_index(["cell", "N"])
+    out = []
+    for _, r in df[df.arm != "none"].iterrows():
+        d = dense.loc[(r.cell, r.N)]
+        out.append(
+            {
+                "cell": r.cell,
+                "arm": r.arm,
+                "N": r.N,
+                "real_speedup": d.real_latency / r.real_latency,
+                "sim_speedup": d.sim_latency / r.sim_latency,
+                "saturated": r.saturated,
+            }
+        )
+    s = pd.DataFrame(out)
+    s["ratio"] = s.sim_speedup / s.real_speedup
+    return s
+
+
+def h200_check(engine: EngineConfig | None = None, seed: int = 0) -> pd.DataFrame:
+    """Qwen3-32B, 2 x H200 (TP 2), 2048 x 256, EAGLE-3 k = 3: p50 and speedup, 1-4 req/s."""
+    rows = []
+    for rps in (1.0, 2.0, 3.0, 4.0):
+        common = dict(
+            hardware="H200", tp=2, prefill=2048, decode=256, rps=rps, n_requests=400, seed=seed
+        )
+        d = simulate_point("Qwen3-32B", engine=engine, **common)
+        row = {"rps": rps, "dense_p50": d["latency_p50"], "dense_saturated": d["saturated"]}
+        for a in (0.6, 0.75):
+            s = simulate_point("Qwen3-32B", k=3, alpha=a, engine=engine, **common)
+            row[f"sd{a}_p50"] = s["latency_p50"]
+            row[f"speedup{a}"] = d["latency_p50"] / s["latency_p50"]
+            row[f"al{a}"] = s["acceptance_length"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _md_table(df: pd.DataFrame, fmt: dict[str, str]) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        cells = []
+        for c in cols:
+            v = r[c]
+            f = fmt.get(c)
+            cells.append(format(v, f) if f and isinstance(v, (float, np.floating)) else str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(seed: int = 0) -> tuple[str, dict]:
+    t0 = time.perf_counter()
+    df = simulate_real(seed=seed)
+    sp = speedups(df)
+    h = h200_check(seed=seed)
+    wall = time.perf_counter() - t0
+    unsat = sp[~sp.saturated]
+    dense = df[df.arm == "none"]
+    verdict = {
+        "sd_speedup_within": bool((unsat.ratio.sub(1).abs() <= TOLERANCE).all()),
+        "sd_worst_ratio": (float(unsat.ratio.min()), float(unsat.ratio.max())),
+        "dense_within": bool((dense.latency_ratio.sub(1).abs() <= TOLERANCE).all()),
+        "dense_worst_ratio": (float(dense.latency_ratio.min()), float(dense.latency_ratio.max())),
+    }
+    trend = []
+    for (cell, arm), g in unsat.groupby(["cell", "arm"]):
+        g = g.sort_values("N")
+        real_fall = g.real_speedup.iloc[-1] < g.real_speedup.max()
+        sim_fall = g.sim_speedup.iloc[-1] < g.sim_speedup.max()
+        peak_sim = int(g.N.iloc[int(np.argmax(g.sim_speedup.to_numpy()))])
+        peak_real = int(g.N.iloc[int(np.argmax(g.real_speedup.to_numpy()))])
+        trend.append(
+            {
+                "cell": cell,
+                "arm": arm,
+                "real: peak N → last unsaturated": f"{peak_real} → {int(g.N.iloc[-1])}: "
+                f"{g.real_speedup.max():.2f} → {g.real_speedup.iloc[-1]:.2f}",
+                "sim: peak N → last unsaturated": f"{peak_sim} → {int(g.N.iloc[-1])}: "
+                f"{g.sim_speedup.max():.2f} → {g.sim_speedup.iloc[-1]:.2f}",
+                "falls in both": bool(real_fall and sim_fall),
+            }
+        )
+    trend = pd.DataFrame(trend)
+    verdict["trend"] = bool(trend["falls in both"].all())
+    for a in (0.6, 0.75):
+        verdict[f"h200_light_{a}"] = float(h[f"speedup{a}"].iloc[0])
+        verdict[f"h200_fall_{a}"] = float(1 - h[f"speedup{a}"].iloc[-1] / h[f"speedup{a}"].iloc[0])
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    e = EngineConfig()
+    lines = [
+        "# Simulator realism — simulated vs measured",
+        "",
+        f"Recorded {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.machine()}, "
+        f"code at `{rev}` + working tree, seed {seed}, wall {wall:.0f} s. "
+        "Command: `.venv/bin/python benchmarks/sim_realism.py --write`.",
+        "",
+        "Engine settings (`specbayes.sim.EngineConfig` defaults): "
+        f"step overhead {e.step_overhead_s * 1e3:.2f} ms, "
+        f"per sequence {e.seq_overhead_s * 1e6:.0f} µs; "
+        f"drafter pass {e.draft_pass_overhead_s * 1e3:.2f} ms, per sequence "
+        f"{e.draft_seq_overhead_s * 1e6:.0f} µs; "
+        f"speculative step {e.spec_step_overhead_s * 1e3:.2f} ms, "
+        f"per sequence {e.spec_seq_overhead_s * 1e6:.0f} µs; "
+        f"roofline overlap {e.roofline_overlap}; "
+        f"eager layer {e.eager_layer_overhead_s * 1e6:.0f} µs; CUDA-graph limit vLLM's rule.",
+        "",
+        "## 1. Real B200 sweeps (`data/real`), every point",
+        "",
+        "Qwen3.8-27B on 1 x B200 (stand-in geometry: `models/verifiers/qwen3.8-27b.toml`), closed "
+        "loop, each point at its own mean prompt/output length; SD arms at the alpha whose "
+        "acceptance length E(alpha, k) equals the measured one. Latency = mean end-to-end (s).",
+        "",
+        _md_table(
+            df[
+                [
+                    "cell",
+                    "arm",
+                    "k",
+                    "N",
+                    "alpha",
+                    "real_al",
+                    "sim_al",
+                    "real_latency",
+                    "sim_latency",
+                    "latency_ratio",
+                    "saturated",
+                ]
+            ],
+            {
+                "alpha": ".3f",
+                "real_al": ".2f",
+                "sim_al": ".2f",
+                "real_latency": ".3f",
+                "sim_latency": ".3f",
+                "latency_ratio": ".2f",
+            },
+        ),
+        "",
+        "### Speedup per load (L_dense / L_sd at the same N)",
+        "",
+        _md_table(sp, {"real_speedup": ".2f", "sim_speedup": ".2f", "ratio": ".2f"}),
+        "",
+        "### Trend (unsaturated points)",
+        "",
+        _md_table(trend, {}),
+        "",
+        "## 2. Qwen3-32B, 2 x H200 (TP 2), 2048 x 256, EAGLE-3 k = 3 (facts from issue 31)",
+        "",
+        "Constant-rate points, 400 requests; p50 end-to-end latency (s); "
+        "speedup = dense p50 / SD p50. "
+        "Measured (issue 31, not in the repository): dense p50 3.33 s at 1 req/s and 3.92 s at "
+        "2 req/s; the real SD speedup at light load is 35-65 % below what the previous simulator "
+        "gave (1.94 at alpha 0.6, 2.36 at 0.75, so about 1.2-1.75) and loses about a fifth "
+        "by 4 req/s.",
+        "",
+        _md_table(h, {c: ".3f" for c in h.columns if c != "rps"} | {"rps": ".1f"}),
+        "",
+        "## Verdict",
+        "",
+        f"* SD speedup within ±{TOLERANCE:.0%} at every unsaturated real point: "
+        f"**{verdict['sd_speedup_within']}** (sim/real from {verdict['sd_worst_ratio'][0]:.2f} "
+        f"to {verdict['sd_worst_ratio'][1]:.2f}).",
+        f"* Trend (speedup falls with load) in every real SD arm, real and simulated: "
+        f"**{verdict['trend']}**.",
+        f"* Dense latency within ±{TOLERANCE:.0%} at every real point: "
+        f"**{verdict['dense_within']}** (sim/real from {verdict['dense_worst_ratio'][0]:.2f} "
+        f"to {verdict['dense_worst_ratio'][1]:.2f}).",
+        f"* H200 sweep: simulated light-load (1 req/s) speedup {verdict['h200_light_0.6']:.2f} "
+        f"(alpha 0.6) / {verdict['h200_light_0.75']:.2f} (alpha 0.75); fall from 1 to 4 req/s "
+        f"{verdict['h200_fall_0.6']:.0%} / {verdict['h200_fall_0.75']:.0%}.",
+        "",
+    ]
+    return "\n".join(lines), verdict
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="rewrite benchmarks/sim_realism.md")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    text, _ = report(args.seed)
+    print(text)
+    if args.write:
+        OUT.write_text(text)
+        print(f"wrote {OUT}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
