@@ -21,11 +21,16 @@ GEMMs and the attention — where
   (:math:`\sum_i s_i` tokens × KV bytes per token per GPU; sliding-window layers read at most
   the window) + KV written for the ``T`` new tokens; :math:`F_\mathrm{attn}` =
   :math:`4 L n_q d \sum_i q_i (s_i + (q_i + 1)/2) / tp` (QKᵀ and PV over the causal pairs);
-* ``o`` (``overlap``, ASSUMPTION 0.5) is the fraction of the smaller of memory and compute
-  time hidden under the larger: ``o = 1`` is the ideal roofline max, ``o = 0`` no overlap.
-  Real steps are chains of kernels, some memory- and some compute-bound, with imperfect
-  overlap; a pure max would make extra verified tokens free until the ridge point, which
-  GPUs do not show;
+* ``o`` (``overlap``) is the fraction of the smaller of memory and compute time hidden under
+  the larger: ``o = 1`` is the ideal roofline max, ``o = 0`` no overlap. Real steps are chains
+  of kernels, some memory- and some compute-bound, with imperfect overlap; a pure max would
+  make extra verified tokens free until the ridge point, which GPUs do not show. Default
+  ``o = 0`` (CALIBRATED, issue 31): on the real B200 sweeps in ``data/real`` the step time
+  grows by ~80-100 µs per token added to the step from the smallest batches on, for dense
+  decoding, for MTP's 3 and for DSpark's 8 verified tokens per sequence alike — the compute
+  of each token adds to the weight streaming rather than hiding under it
+  (``benchmarks/sim_realism.md``; ``o = 0.5`` left the simulated SD speedup up to 31 % above
+  the measured one at N = 16-64 and dense latency 36 % low at N = 128);
 * :math:`BW_\mathrm{eff}, F_\mathrm{eff}` are the hardware peaks × the catalog's *assumed*
   achievable fractions;
 * with ``tp > 1`` each layer does two all-reduces of :math:`T h` activations (ring:
@@ -94,11 +99,13 @@ class EngineConfig:
     seq_overhead_s : float
         Extra CPU cost per scheduled sequence per step (ASSUMPTION: 10 µs).
     draft_pass_overhead_s : float
-        Fixed cost of one drafter pass (ASSUMPTION, see ``spec_defaults`` below). vLLM V1's
-        drafter loop rebuilds the attention metadata on the CPU before every pass and runs
-        the drafter under PIECEWISE CUDA graphs only (attention outside the graph):
+        Fixed cost of one drafter pass (ASSUMPTION: 0.6 ms, was 0.2 ms). vLLM V1's drafter
+        loop rebuilds the attention metadata on the CPU before every pass and runs the
+        drafter under PIECEWISE CUDA graphs only (attention outside the graph):
         ``vllm/v1/spec_decode/llm_base_proposer.py`` (``propose``,
-        ``initialize_cudagraph_keys``: "Only supports PIECEWISE cudagraphs").
+        ``initialize_cudagraph_keys``: "Only supports PIECEWISE cudagraphs"; vllm-project/vllm
+        at 00c4f22d). The value is bounded by the real B200 sweeps (MTP's two passes and
+        DSpark's one at N = 1 stay within ±15 % of the measured speedup for 0-1 ms).
     draft_seq_overhead_s : float
         Extra cost per decoding sequence per drafter pass (ASSUMPTION: 5 µs — input
         preparation and draft sampling per request).
@@ -106,7 +113,7 @@ class EngineConfig:
         Fixed cost per speculative step outside the forward passes: rejection sampling of
         the ``k + 1`` verified positions, the proposer's bookkeeping (next-token and
         rejected-token indices, ``prepare_inputs`` of the padded drafter batch) and the
-        extra GPU->CPU synchronisation (ASSUMPTION, see ``spec_defaults``).
+        extra GPU->CPU synchronisation (ASSUMPTION: 0.5 ms, bounded like the pass overhead).
     spec_seq_overhead_s : float
         The same per decoding sequence (ASSUMPTION).
     roofline_overlap : float

@@ -24,9 +24,25 @@ accepted drafts, is drawn i.i.d.: draft ``j`` is accepted with probability ``alp
 drafts ``1..j-1`` were (forced acceptance, as the paper forced vLLM's rejection sampler).
 
 Step time = verifier pass (:func:`costs.pass_time` over the scheduled tokens; MoE: distinct
-experts drawn from the routing table for the step's token count) + drafter: the first pass
-over the step's prefill tokens and one token per decoding sequence, then ``k - 1`` passes over
-the decoding sequences.
+experts drawn from the routing table for the step's token count), plus the per-layer launch
+cost when the step is larger than the CUDA-graph limit (vLLM: ``max_cudagraph_capture_size``,
+default ``min(2·max_num_seqs·(1 + k), 512)`` tokens; larger steps run without a graph), plus
+the drafter, as vLLM V1 runs it (``vllm/v1/spec_decode/llm_base_proposer.py`` ``propose``,
+vllm-project/vllm at 00c4f22d):
+
+* **autoregressive** drafters (EAGLE-3, MTP, vanilla draft models): a first pass over *every*
+  token the verifier processed in the step — the ``k + 1`` verified tokens of each decoding
+  sequence and the prefill chunks (``set_inputs_first_pass`` takes the target's tokens and
+  hidden states), logits for one position per sequence — then ``k - 1`` one-token passes;
+* **parallel** drafters (DFlash, DSpark: ``vllm/v1/spec_decode/dspark.py``, a
+  ``DFlashProposer``): one pass whose queries are the ``k`` block positions of each decoding
+  sequence, attending to the context and the block, with the verified tokens' hidden states
+  entering the drafter's context in the same pass; logits for ``k`` positions per sequence;
+  a drafter whose forward is not graph-captured (DSpark's graph is opt-in) pays the per-layer
+  launch cost on every pass;
+* each speculative step adds a fixed and a per-sequence overhead for rejection sampling and
+  the proposer's bookkeeping (``EngineConfig.spec_step_overhead_s`` /
+  ``spec_seq_overhead_s``).
 
 Measurement window: open loop — requests *arriving* in ``[t_a, t_b]`` (given); closed loop —
 ``t_a`` / ``t_b`` are the times of the ``n_warm``-th / ``n_end``-th completion. The running
