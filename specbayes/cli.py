@@ -59,9 +59,12 @@ def one_line(text: str, limit: int = 400) -> str:
 def _hint(command: str, exc: BaseException) -> str:
     """What to do, for messages that do not say it themselves."""
     from specbayes.data import SweepValidationError
+    from specbayes.ingest._common import IngestError
 
     if isinstance(exc, SweepValidationError):
         return "fix or remove those rows (the table's schema: docs/model.md, 'Data')"
+    if isinstance(exc, IngestError):
+        return "fix the file, or pass --skip-invalid to skip files that cannot be read"
     if isinstance(exc, FileNotFoundError):
         return "check the path"
     if isinstance(exc, IsADirectoryError | NotADirectoryError):
@@ -71,17 +74,30 @@ def _hint(command: str, exc: BaseException) -> str:
     return f"see `specbayes {command} --help`"
 
 
+def _validation_text(exc) -> str:
+    """The first violated rule of a :class:`~specbayes.data.SweepValidationError` (missing
+    columns together), its rows, and how many more rules failed."""
+    missing = [f for r, f, _ in exc.violations if r.startswith("required column missing")]
+    if missing:
+        return (
+            f"{exc.source}: required column(s) missing: {', '.join(missing)} — the sweep table "
+            "needs verifier, hardware, prefill, decode, k, rps, latency (docs/model.md, 'Data')"
+        )
+    rule, field, rows = exc.violations[0]
+    if field == "*" and rule == "table is empty":
+        return f"{exc.source}: no data rows (a header only?) — give a table with sweep rows"
+    shown = ", ".join(str(r) for r in rows[:5]) + (" …" if len(rows) > 5 else "")
+    text = f"{exc.source}: field '{field}': {rule}" + (f" (rows {shown})" if rows else "")
+    more = len(exc.violations) - 1
+    return text + (f" (and {more} more rule(s) violated)" if more else "")
+
+
 def error_line(command: str, exc: BaseException) -> str:
     """The one-line message for an input error raised by a subcommand."""
     from specbayes.data import SweepValidationError
 
     if isinstance(exc, SweepValidationError) and exc.violations:
-        rule, field, rows = exc.violations[0]
-        shown = ", ".join(str(r) for r in rows[:5]) + (" …" if len(rows) > 5 else "")
-        more = len(exc.violations) - 1
-        text = f"{exc.source}: field '{field}': {rule}" + (f" (rows {shown})" if rows else "")
-        if more:
-            text += f" (and {more} more rule(s) violated)"
+        text = _validation_text(exc)
     elif isinstance(exc, KeyError) and exc.args:
         text = f"missing entry {exc.args[0]!r}"
     elif isinstance(exc, OSError) and exc.strerror and exc.filename:
@@ -127,6 +143,22 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_printer(args.command)
+        return _run(args)
+
+
+def _warning_printer(command: str):
+    """``warnings.showwarning`` printing one line ``specbayes <cmd>: warning: <message>``."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        (file or sys.stderr).write(f"specbayes {command}: warning: {one_line(str(message))}\n")
+
+    return show
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the subcommand; input errors become one line and exit status 2."""
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -249,6 +249,20 @@ def _read_parquet(path: Path) -> pd.DataFrame:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
+    if not path.name.lower().endswith(".gz"):
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            binary = b"\x00" in head or exc.start < len(head) - 4  # not a cut multi-byte char
+        else:
+            binary = b"\x00" in head
+        if binary:
+            raise ValueError(
+                f"{path}: a binary file, not CSV text — give the sweep table as comma-separated "
+                "text (or .parquet)"
+            )
     try:
         df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
@@ -317,7 +331,10 @@ def _check_values(df: pd.DataFrame, violations: list) -> None:
         rule(df[col].isna() | (df[col].astype(str).str.strip() == ""), "must not be empty", col)
     if "alpha" in df:
         a = df["alpha"]
-        rule(a.notna() & ~((a > 0) & (a <= 1)), "alpha must lie in (0, 1]", "alpha")
+        outside = a.notna() & ~((a > 0) & (a <= 1))
+        percent = outside.any() and bool(((a[outside] > 1) & (a[outside] <= 100)).all())
+        hint = " (values up to 100 look like percentages: divide by 100)" if percent else ""
+        rule(outside, f"alpha must lie in (0, 1]{hint}", "alpha")
     if "acceptance_marginal" in df:
         r = df["acceptance_marginal"]
         rule(

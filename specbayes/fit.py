@@ -1097,7 +1097,9 @@ def _read_idata(path: Path):
     if not path.exists():
         raise FitFileError(f"{path}: no such fit file — {_MAKE_ONE}")
     if path.is_dir():
-        raise FitFileError(f"{path}: is a folder, not a fit file — give the .nc file itself")
+        inside = sorted(path.glob("*.nc"))
+        todo = f"did you mean {inside[0]}?" if inside else "give the .nc file itself"
+        raise FitFileError(f"{path}: is a folder, not a fit file — {todo}")
     size = path.stat().st_size
     if size == 0:
         raise FitFileError(f"{path}: empty file, not a fit — {_MAKE_ONE}")
@@ -1110,15 +1112,24 @@ def _read_idata(path: Path):
         idata = az.from_netcdf(str(path), engine="h5netcdf")
         idata.load() if hasattr(idata, "load") else None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise FitFileError(
-            f"{path}: unreadable netCDF ({_short(exc)}; truncated or corrupt?) — {_MAKE_ONE}"
-        ) from None
+        raise FitFileError(f"{path}: {_why_unreadable(exc, size)} — {_MAKE_ONE}") from None
     return idata
 
 
-def _short(exc: BaseException) -> str:
+def _why_unreadable(exc: BaseException, size: int) -> str:
+    """What an HDF5/netCDF read error means, without the library's internals."""
+    import re
+
     text = " ".join(str(exc).split())
-    return text if len(text) <= 120 else text[:119] + "…"
+    m = re.search(r"eof = (\d+).*stored_eof = (\d+)", text)
+    if m:
+        return (
+            f"truncated netCDF file ({int(m.group(1)):,} of {int(m.group(2)):,} bytes: the copy "
+            "or the write did not finish)"
+        )
+    if "truncated" in text.lower():
+        return f"truncated netCDF file ({size:,} bytes)"
+    return "corrupt or unreadable netCDF file (HDF5 could not read it)"
 
 
 def load_fit(path: str | Path) -> Fit:

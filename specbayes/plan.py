@@ -501,8 +501,8 @@ def capacity(
         raise ValueError(
             f"SLO {slo_latency:g} s is below the zero-load latency of {arm.label()}: even at "
             f"~0 req/s the best candidate (k={ks[best]}) takes {zl['median'][best]:.3g} s "
-            f"(interval {zl['lo'][best]:.3g}–{zl['hi'][best]:.3g} s); no rate meets it with "
-            f"probability {prob:g}"
+            f"(90 % interval {zl['lo'][best]:.3g}–{zl['hi'][best]:.3g} s), so no rate meets it "
+            f"with probability {prob:g} — raise the SLO above {zl['hi'][best]:.3g} s"
         )
     out.attrs.update(arm=arm.label(), slo=slo_latency, prob=prob)
     return out

@@ -136,7 +136,13 @@ def run(args: argparse.Namespace) -> int:
         for key in ("chains", "draws", "tune", "seed", "cores", "sampler", "start")
         if getattr(args, key) is not None
     }
-    result = fit(table, model=args.model, sampler_config=config, progress=not args.quiet)
+    try:
+        result = fit(table, model=args.model, sampler_config=config, progress=not args.quiet)
+    except ValueError as exc:  # the data cannot be fitted at this level: name the file
+        text = str(exc)
+        raise ValueError(
+            text if text.startswith(str(args.data)) else f"{args.data}: {text}"
+        ) from exc
     path = save_atomically(result, out)
     summary = result.summary()
     print(format_summary(summary))

@@ -136,6 +136,14 @@ def run(args: argparse.Namespace) -> int:
         n_jobs=args.jobs,
         progress=not args.quiet,
     )
+    if res.folds.empty:
+        reasons = (
+            "; ".join(res.skipped["reason"].astype(str).unique()[:2]) if len(res.skipped) else ""
+        )
+        raise ValueError(
+            f"--leave-out {','.join(map(str, args.leave_out))}: no fold could be formed "
+            f"({reasons}) — hold out fewer cells than each (verifier, hardware) group has"
+        )
     print("\n== held-out scores (mean over folds)")
     print(res.overall.to_string(index=False, float_format="{:.4g}".format))
     if len(res.skipped):

@@ -84,6 +84,21 @@ def check_out(path: str | None) -> Path | None:
     return out
 
 
+def check_separator(files: list[str]) -> None:
+    """A semicolon-separated ``.csv`` named as such, before the readers call it unreadable."""
+    for name in files:
+        path = Path(name)
+        if not (path.is_file() and path.name.lower().endswith(".csv")):
+            continue
+        with open(path, "rb") as fh:
+            first = fh.readline(4096).decode("utf-8", errors="replace")
+        if first.count(";") >= 2 and "," not in first:
+            raise ValueError(
+                f"{path}: semicolon-separated, but CSV input is read comma-separated — save it "
+                "with ',' as the separator (and '.' as the decimal mark)"
+            )
+
+
 def write_table(df, out: Path) -> None:
     """Write ``df`` beside ``out`` and move it into place (nothing half-written on failure)."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -113,6 +128,7 @@ def handler(args: argparse.Namespace) -> int:
     from specbayes.ingest.speculators import compare_sd_dense, fit_closed_loop, format_comparison
 
     out = check_out(args.out)
+    check_separator(args.files)
     df = ingest_files(
         args.files,
         verifier=args.verifier,

@@ -1,0 +1,264 @@
+"""Every subcommand answers a mistake with one clear line, and leaves nothing half-written.
+
+The table below holds realistic mistakes of a new user — wrong files, wrong units, wrong
+options — for each subcommand. Each must end with exit status 2, exactly one line on stderr of
+the form ``specbayes <cmd>: <file/field>: <what is wrong> — <what to do>``, no traceback, and
+no output left behind (no ``--out`` file or folder, no hidden ``.partial`` leftovers).
+
+One tiny sd fit (2 chains × 20 draws) is shared by the module; most cases fail before it is
+used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specbayes.cli import main
+
+FIX = Path(__file__).parent / "fixtures" / "ingest"
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Path:
+    """A folder of good and bad inputs, and a tiny saved fit (``fit.nc``)."""
+    from specbayes.fit import fit
+    from specbayes.model import simulate_sweeps
+
+    d = tmp_path_factory.mktemp("mistakes")
+    df, _ = simulate_sweeps(seed=7)
+    df.to_csv(d / "good.csv", index=False)
+    df.to_csv(d / "semi.csv", index=False, sep=";")
+    (d / "empty.csv").write_text("")
+    (d / "header_only.csv").write_text(",".join(df.columns) + "\n")
+    (d / "binary.csv").write_bytes(bytes(range(256)) * 8)
+    (d / "notes.txt").write_text("verifier,hardware\n")
+    (d / "folder").mkdir()
+    (d / "afile").write_text("an existing file\n")
+    bad = df.copy()
+    bad.loc[3, "latency"] = -1.0
+    bad.to_csv(d / "bad_row.csv", index=False)
+    pct = df.copy()
+    pct.loc[pct.k > 0, "alpha"] = 80.0  # a percentage, not a probability
+    pct.to_csv(d / "alpha_percent.csv", index=False)
+    closed = df.drop(columns=["verifier_params"])
+    closed = closed.assign(concurrency=np.round(closed.rps * closed.latency).clip(lower=1))
+    closed.assign(latency=closed.latency * 1000.0).to_csv(d / "ms.csv", index=False)
+    df.drop(columns=["latency", "rps"]).to_csv(d / "no_latency.csv", index=False)
+    tiny = {"draws": 20, "tune": 20, "chains": 2}
+    fit(df, model="sd", sampler_config=tiny, progress=False).save(d / "fit.nc")
+    _bad_fits(d)
+    return d
+
+
+def _bad_fits(d: Path) -> None:
+    """Broken and foreign netCDF files beside ``fit.nc``, and a dense-level stand-in."""
+    import arviz as az
+
+    raw = (d / "fit.nc").read_bytes()
+    (d / "trunc.nc").write_bytes(raw[: len(raw) // 3])
+    (d / "empty.nc").write_bytes(b"")
+    shutil.copy(d / "good.csv", d / "table.nc")
+    az.load_arviz_data("centered_eight").to_netcdf(str(d / "eight.nc"))
+    idata = az.from_netcdf(str(d / "fit.nc"))
+    idata.load()
+    dense = idata.constant_data["k"].values == 0
+    idata.constant_data = idata.constant_data.isel(obs=np.flatnonzero(dense))
+    idata.attrs["model"] = "dense"
+    idata.to_netcdf(str(d / "dense.nc"), engine="h5netcdf")
+
+
+# (id, argv, text the line must contain, paths that must not exist afterwards)
+CASES = [
+    # -- fit: the data file ------------------------------------------------------------------
+    ("fit-missing", "fit missing.csv --out x.nc", "missing.csv: no such", ["x.nc"]),
+    ("fit-empty", "fit empty.csv --out x.nc", "empty.csv: empty file", ["x.nc"]),
+    ("fit-header-only", "fit header_only.csv --out x.nc", "no data rows", ["x.nc"]),
+    ("fit-semicolon", "fit semi.csv --out x.nc", "semicolon-separated", ["x.nc"]),
+    ("fit-binary", "fit binary.csv --out x.nc", "binary.csv: a binary file", ["x.nc"]),
+    ("fit-folder", "fit folder --out x.nc", "folder: is a folder", ["x.nc"]),
+    ("fit-wrong-type", "fit notes.txt --out x.nc", "unsupported sweep file type", ["x.nc"]),
+    ("fit-report-json", f"fit {FIX / 'vllm_default.json'} --out x.nc", "specbayes ingest", []),
+    ("fit-bad-row", "fit bad_row.csv --out x.nc", "field 'latency'", ["x.nc"]),
+    ("fit-alpha-percent", "fit alpha_percent.csv --out x.nc", "percentages", ["x.nc"]),
+    ("fit-milliseconds", "fit ms.csv --out x.nc", "milliseconds", ["x.nc"]),
+    ("fit-no-latency", "fit no_latency.csv --out x.nc", "missing: rps, latency", ["x.nc"]),
+    ("fit-out-folder", "fit good.csv --out folder", "--out folder: is a folder", []),
+    ("fit-out-suffix", "fit good.csv --out fit.csv", "give a name ending in .nc", ["fit.csv"]),
+    ("fit-no-out", "fit good.csv", "required: --out", []),
+    ("fit-draws-zero", "fit good.csv --out x.nc --draws 0", "--draws", ["x.nc"]),
+    ("fit-bad-model", "fit good.csv --out x.nc --model moee", "--model", ["x.nc"]),
+    # -- ingest --------------------------------------------------------------------------------
+    ("ingest-missing", "ingest missing.json --hardware A", "missing.json", []),
+    ("ingest-truncated", f"ingest {FIX / 'truncated.json'} --hardware A", "truncated", []),
+    ("ingest-empty", "ingest empty.csv --hardware A", "empty.csv", []),
+    ("ingest-binary", "ingest binary.csv --hardware A", "binary.csv", []),
+    ("ingest-folder", "ingest folder --hardware A", "folder", []),
+    ("ingest-semicolon", "ingest semi.csv --out t.csv", "semi.csv: semicolon", ["t.csv"]),
+    ("ingest-xlsx", "ingest good.csv --out out.xlsx", "--out out.xlsx", ["out.xlsx"]),
+    ("ingest-bad-row", "ingest bad_row.csv --out t.csv", "field 'latency'", ["t.csv"]),
+    ("ingest-milliseconds", "ingest ms.csv --out t.csv", "milliseconds", ["t.csv"]),
+    ("ingest-alpha", "ingest good.csv --alpha 1.5", "--alpha", []),
+    # -- plan: the fit file --------------------------------------------------------------------
+    ("plan-missing", "plan missing.nc", "missing.nc: no such fit file", []),
+    ("plan-missing-dir", "plan bad/missing.nc", "bad/missing.nc: no such fit file", []),
+    ("plan-folder", "plan folder", "folder: is a folder", []),
+    ("plan-empty", "plan empty.nc", "empty.nc: empty file", []),
+    ("plan-csv", "plan good.csv", "good.csv: not a netcdf", []),
+    ("plan-csv-named-nc", "plan table.nc", "table.nc: not a netcdf", []),
+    ("plan-truncated", "plan trunc.nc", "trunc.nc: truncated netcdf", []),
+    ("plan-foreign-netcdf", "plan eight.nc", "not a specbayes fit", []),
+    ("plan-dense-level", "plan dense.nc", "dense-level fit", []),
+    # -- plan: the options ---------------------------------------------------------------------
+    ("plan-out-is-file", "plan fit.nc --out afile", "--out afile: is an existing file", []),
+    ("plan-total-without-slo", "plan fit.nc --total-rps 40", "--total-rps", []),
+    ("plan-unknown-verifier", "plan fit.nc --verifier Qwen3-8B", "--verifier qwen3-8b", []),
+    ("plan-unknown-hardware", "plan fit.nc --hardware B200", "--hardware b200", []),
+    ("plan-unpaired-drafter", "plan fit.nc --drafter eagle3", "never measured with", []),
+    ("plan-unknown-cell", "plan fit.nc --cell chat", "--cell chat", []),
+    ("plan-cell-contradicts", "plan fit.nc --cell 256x256 --prefill 1024", "--prefill", []),
+    ("plan-alpha", "plan fit.nc --alpha 1.5", "--alpha", []),
+    ("plan-alpha-text", "plan fit.nc --alpha high", "--alpha", []),
+    ("plan-k-zero", "plan fit.nc --k 0", "--k 0", []),
+    ("plan-k-negative", "plan fit.nc --k -2", "--k", []),
+    ("plan-prob", "plan fit.nc --slo 5 --prob 90", "--prob", []),
+    ("plan-rps", "plan fit.nc --rps 1,two,3", "--rps", []),
+    ("plan-rps-negative", "plan fit.nc --rps=-1,2", "--rps", []),
+    ("plan-slo-negative", "plan fit.nc --slo=-5", "--slo", []),
+    ("plan-slo-below-zero-load", "plan fit.nc --slo 0.01 --out p", "raise the slo", ["p"]),
+    ("plan-no-fit", "plan", "required: fit", []),
+    # -- report --------------------------------------------------------------------------------
+    ("report-out-is-file", "report fit.nc --out afile", "--out afile: is an existing file", []),
+    ("report-folder", "report folder --out r", "folder: is a folder", ["r"]),
+    ("report-empty", "report empty.nc --out r", "empty file", ["r"]),
+    ("report-csv", "report good.csv --out r", "not a netcdf", ["r"]),
+    ("report-truncated", "report trunc.nc --out r", "truncated", ["r"]),
+    ("report-foreign", "report eight.nc --out r", "not a specbayes fit", ["r"]),
+    ("report-slo-too-low", "report fit.nc --slo 0.01 --out r", "zero-load latency", ["r"]),
+    ("report-cell", "report fit.nc --cell chat --out r", "--cell chat", ["r"]),
+    ("report-no-out", "report fit.nc", "required: --out", []),
+    # -- validate ------------------------------------------------------------------------------
+    ("validate-missing", "validate missing.csv --out v", "missing.csv: no such sweep file", ["v"]),
+    ("validate-unknown-name", "validate demoo --out v", "not a bundled dataset", ["v"]),
+    ("validate-empty", "validate empty.csv --out v", "empty file", ["v"]),
+    ("validate-out-is-file", "validate good.csv --out afile", "is an existing file", []),
+    ("validate-leave-out-zero", "validate good.csv --out v --leave-out 0", "--leave-out", ["v"]),
+    ("validate-milliseconds", "validate ms.csv --out v", "milliseconds", ["v"]),
+    # -- the command itself --------------------------------------------------------------------
+    ("unknown-command", "fti good.csv", "invalid choice", []),
+]
+
+
+def run_cli(argv: list[str]) -> int:
+    """``specbayes argv`` in-process: its exit status (argparse errors exit via SystemExit)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*partial*"))
+
+
+@pytest.mark.parametrize("argv, expect, absent", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_mistake_gets_one_clear_line(ws, monkeypatch, capfd, argv, expect, absent):
+    monkeypatch.chdir(ws)
+    args = argv.split()
+    code = run_cli(args)
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    command = args[0] if args[0] in {"fit", "ingest", "plan", "report", "validate"} else ""
+    assert lines[0].startswith(f"specbayes {command}".strip() + ": "), lines[0]
+    assert " — " in lines[0], lines[0]  # says what to do
+    assert expect.lower() in lines[0].lower(), lines[0]
+    for name in absent:
+        assert not (ws / name).exists(), f"{name} left behind"
+    assert _leftovers(ws) == []
+
+
+def test_the_console_script_prints_one_line(ws):
+    """The installed command, not the in-process call: import-time warnings included."""
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "specbayes"
+    for argv in (["plan", "trunc.nc"], ["fit", "ms.csv", "--out", "x.nc"]):
+        proc = subprocess.run(
+            [str(script), *argv], cwd=ws, capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith(f"specbayes {argv[0]}: ")
+
+
+def test_strict_health_failure_exits_1(ws, monkeypatch, capfd):
+    """The other exit status of the convention: sampler health fails under --strict."""
+    from specbayes.commands import fit as fit_command
+
+    monkeypatch.chdir(ws)
+    monkeypatch.setattr(fit_command, "save_atomically", lambda result, path: path)
+
+    class Unhealthy:
+        def summary(self):
+            from specbayes.fit import load_fit
+
+            s = load_fit(ws / "fit.nc").summary()
+            return {**s, "healthy": False}
+
+    monkeypatch.setattr("specbayes.fit.fit", lambda *a, **k: Unhealthy())
+    assert run_cli(["fit", "good.csv", "--out", "y.nc", "--strict"]) == 1
+    assert "NOT healthy" in capfd.readouterr().out
+
+
+def _strict(text: str):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_plan_cell_sets_the_workload_and_writes_strict_json(ws, monkeypatch, capsys):
+    monkeypatch.chdir(ws)
+    assert run_cli(["plan", "fit.nc", "--cell", "256x1024", "--k", "3", "--out", "p1"]) == 0
+    out = capsys.readouterr().out
+    assert "workload 256x1024 (prefill 256, decode 1024 tokens)" in out
+    assert "90% lo" in out and "(req/s)" in out and " inf" not in out
+    doc = _strict((ws / "p1" / "plan.json").read_text())
+    assert doc["workload"] == {"cell": "256x1024", "prefill": 256.0, "decode": 1024.0}
+    assert "null_means" in doc and doc["units"]["rps"] == "requests/s"
+    assert run_cli(["plan", "fit.nc", "--cell", "256x256", "--k", "3", "--out", "p2"]) == 0
+    capsys.readouterr()
+    zero = {
+        name: _strict((ws / name / "plan.json").read_text())["tables"]["k_table"][0]
+        for name in ("p1", "p2")
+    }
+    # the 256-token decode is about 4x shorter: its zero-load latency is far lower
+    assert zero["p2"]["expected_latency"] < 0.5 * zero["p1"]["expected_latency"]
+    grid = pd.read_csv(ws / "p1" / "speedup.csv")["rps"]
+    assert all(float(r) == round(float(r), 2) for r in grid)  # round loads, not 0.977, 1.953
+
+
+def test_fit_artefact_follows_arviz_conventions(ws):
+    import arviz as az
+
+    idata = az.from_netcdf(str(ws / "fit.nc"))
+    post = idata.posterior
+    assert not [v for v in post.data_vars if v.endswith("__") or v == "z"]
+    assert "unconstrained_posterior" in idata.groups()
+    assert not [d for d in post.dims if "_dim_" in d]
+    assert {"tree_depth", "acceptance_rate", "diverging"} <= set(idata.sample_stats.data_vars)
+    assert "coef_unit" in post and float(post["coef_unit"].min()) > 0  # seconds, natural scale
+    for group in ("posterior", "sample_stats"):
+        attrs = idata[group].attrs
+        assert attrs["inference_library"] == "nutpie" and "created_at" in attrs
+    assert idata.attrs["specbayes_version"] and idata.attrs["model_id"] == "specbayes.sd"
+    _strict(idata.attrs["config"])
