@@ -1,0 +1,206 @@
+r"""Health, speedup and scale checks of the next model core (``specbayes.model_next``).
+
+Usage (results are printed as JSON lines and appended to ``--out``)::
+
+    .venv/bin/python benchmarks/model_core.py small [--seeds 8] [--cases NAME ...]
+    .venv/bin/python benchmarks/model_core.py demo [--seeds 2]
+    .venv/bin/python benchmarks/model_core.py prior
+
+``small``: every case of :mod:`small_sweeps` × seeds 1..N with the one default sampler
+configuration (:data:`specbayes.model_next.sampling.SAMPLER_CONFIG`); the model is compiled
+once per case (compile time reported separately). Per fit: divergences, worst R-hat, worst
+bulk ESS over the free variables, wall time, and the speedup check — at each matched load,
+the 90 % interval of the expected speedup :math:`L_\mathrm{dense}/L_\mathrm{sd}` (from the
+sweeps' :math:`C_1, C_2` through :mod:`specbayes.laws`) and of the predictive speedup (with
+the observation noise of both rows) against the observed one.
+
+``demo``: the same model on ``data/demo.parquet`` (pooled structure): health, wall time,
+``az.loo`` with its Pareto k, finiteness of the pointwise log likelihood.
+
+``prior``: ``pm.sample_prior_predictive`` on every case: share of finite latencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+warnings.filterwarnings("ignore")
+
+import small_sweeps  # noqa: E402
+
+from specbayes import laws  # noqa: E402
+from specbayes.model_next import build_design, build_model, health, sample  # noqa: E402
+from specbayes.model_next.likelihood import log_density  # noqa: E402
+from specbayes.model_next.sampling import compile_model  # noqa: E402
+
+LEVEL = 0.90
+
+
+def _row_latency(post, sweep: int, load: float, closed: bool) -> np.ndarray:
+    c1 = np.exp(post["log_c1"].values[..., sweep]).ravel()
+    c2 = np.exp(post["log_c2"].values[..., sweep]).ravel()
+    if closed:
+        return laws.closed_loop_latency(load, c1, c2)
+    return laws.latency(load, c1, c2)
+
+
+def speedup_check(case, design, idata, rng) -> list[dict]:
+    """Expected and predictive 90 % speedup intervals at each matched load vs observed."""
+    post = idata.posterior
+    sigma = post["sigma"].values.ravel()
+    data = design.data
+    key = "concurrency" if case.closed else "target_rps"
+    lo, hi = 50 * (1 - LEVEL), 50 * (1 + LEVEL)
+    out = []
+    for _, row in case.speedups.iterrows():
+        at = data[np.isclose(data[key], row["load"])]
+        dense, sd = at[at["k"] == 0].index[0], at[at["k"] > 0].index[0]
+        lat = []
+        for i in (dense, sd):
+            load = design.load[i]
+            lat.append(_row_latency(post, design.obs_sweep[i], load, case.closed))
+        mean = lat[0] / lat[1]
+        noise = np.exp(sigma * (rng.standard_normal(sigma.size) - rng.standard_normal(sigma.size)))
+        pred = mean * noise
+        obs = float(data.loc[dense, "latency"] / data.loc[sd, "latency"])
+        e_lo, e_hi = np.percentile(mean, [lo, hi])
+        p_lo, p_hi = np.percentile(pred, [lo, hi])
+        out.append(
+            {
+                "load": float(row["load"]),
+                "observed": obs,
+                "expected": [float(e_lo), float(e_hi)],
+                "predictive": [float(p_lo), float(p_hi)],
+                "in_expected": bool(e_lo <= obs <= e_hi),
+                "in_predictive": bool(p_lo <= obs <= p_hi),
+            }
+        )
+    return out
+
+
+def run_small(names: list[str], seeds: int, out: Path) -> None:
+    for name in names:
+        case = small_sweeps.case(name)
+        design = build_design(case.table)
+        model = build_model(design)
+        t0 = time.perf_counter()
+        compiled = compile_model(model)
+        compile_s = time.perf_counter() - t0
+        for seed in range(1, seeds + 1):
+            idata, timing = sample(model, seed, compiled=compiled)
+            h = health(idata, model)
+            sp = speedup_check(case, design, idata, np.random.default_rng(seed))
+            post = idata.posterior
+            rec = {
+                "case": name,
+                "structure": design.structure,
+                "seed": seed,
+                **h,
+                "compile_s": round(compile_s, 1),
+                "sample_s": round(timing["sample_s"], 2),
+                "speedup_in_expected": sum(s["in_expected"] for s in sp),
+                "speedup_in_predictive": sum(s["in_predictive"] for s in sp),
+                "speedup_loads": len(sp),
+                "speedups": sp,
+                "tokens_per_cycle": _q(post["tokens_per_cycle"].values),
+                "sigma": _q(post["sigma"].values),
+            }
+            _emit(rec, out)
+
+
+def _q(x: np.ndarray) -> list[float]:
+    return [round(float(v), 4) for v in np.percentile(x.ravel(), [5, 50, 95])]
+
+
+def _emit(rec: dict, out: Path) -> None:
+    line = json.dumps(rec)
+    print(line, flush=True)
+    with out.open("a") as fh:
+        fh.write(line + "\n")
+
+
+def run_prior(out: Path) -> None:
+    import pymc as pm
+
+    for name in small_sweeps.all_case_names():
+        case = small_sweeps.case(name)
+        model = build_model(build_design(case.table))
+        pp = pm.sample_prior_predictive(1000, model=model, random_seed=1)
+        lat = pp.prior_predictive["log_latency"].values
+        _emit({"prior": name, "finite_share": float(np.isfinite(lat).mean())}, out)
+
+
+def _demo_table():
+    import pandas as pd
+
+    from specbayes.data import validate_sweeps
+
+    return validate_sweeps(
+        pd.read_parquet(Path(__file__).resolve().parents[1] / "data/demo.parquet")
+    )
+
+
+def pointwise_log_likelihood(design, idata) -> np.ndarray:
+    """(chain, draw, obs) log density of every kept row from the posterior ``mu``, ``sigma``."""
+    mu = idata.posterior["mu"].values
+    sigma = idata.posterior["sigma"].values[..., None]
+    return log_density(design.log_latency, mu, sigma)
+
+
+def run_demo(seeds: int, out: Path) -> None:
+    import arviz as az
+
+    table = _demo_table()
+    design = build_design(table)
+    model = build_model(design)
+    t0 = time.perf_counter()
+    compiled = compile_model(model)
+    compile_s = time.perf_counter() - t0
+    for seed in range(1, seeds + 1):
+        idata, timing = sample(model, seed, compiled=compiled)
+        h = health(idata, model)
+        ll = pointwise_log_likelihood(design, idata)
+        idata.add_groups(log_likelihood={"log_latency": (("chain", "draw", "obs"), ll)})
+        loo = az.loo(idata, pointwise=True)
+        k = np.asarray(loo.pareto_k)
+        rec = {
+            "demo": seed,
+            "structure": design.structure,
+            "rows": len(design.data),
+            **h,
+            "compile_s": round(compile_s, 1),
+            "sample_s": round(timing["sample_s"], 2),
+            "elpd_loo": float(loo.elpd_loo),
+            "pareto_k_gt_0.7": int((k > 0.7).sum()),
+            "loglik_finite": bool(np.isfinite(ll).all()),
+            "tau": _q(idata.posterior["tau"].values),
+            "sigma": _q(idata.posterior["sigma"].values),
+        }
+        _emit(rec, out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["small", "demo", "prior"])
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--cases", nargs="*", default=None)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/model_core.jsonl"))
+    args = ap.parse_args()
+    if args.what == "small":
+        run_small(args.cases or small_sweeps.all_case_names(), args.seeds, args.out)
+    elif args.what == "demo":
+        run_demo(args.seeds, args.out)
+    else:
+        run_prior(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+r"""The next model core (issue 28): one generative PyMC model, one density everywhere.
+
+Built beside the old :mod:`specbayes.model` (to be renamed ``specbayes.model`` when the old path
+is deleted). Levels ``dense`` and ``sd``; ``moe`` later.
+
+Layout
+------
+:mod:`.priors`     prior configuration (plain dicts, merged with a user's)
+:mod:`.design`     the data as arrays: observations, sweeps, units, the structure chosen
+:mod:`.hierarchy`  the hierarchical location of the log coefficients (graph and prediction)
+:mod:`.graph`      :func:`build_model` — the ``pm.Model``, top to bottom as the math
+:mod:`.sampling`   the one default sampler configuration and a health summary
+"""
+
+from specbayes.model_next.design import Design, build_design
+from specbayes.model_next.graph import build_model
+from specbayes.model_next.priors import DEFAULT_PRIORS, merge_priors
+from specbayes.model_next.sampling import SAMPLER_CONFIG, health, sample
+
+__all__ = [
+    "DEFAULT_PRIORS",
+    "SAMPLER_CONFIG",
+    "Design",
+    "build_design",
+    "build_model",
+    "health",
+    "merge_priors",
+    "sample",
+]

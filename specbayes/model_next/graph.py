@@ -1,0 +1,229 @@
+r"""The model graph: :func:`build_model` reads top to bottom as the math.
+
+.. math::
+
+    \log L_i \sim \mathcal N\big(\log C_{1,s(i)} - \log h(C_{1,s(i)}, C_{2,s(i)};
+    \lambda_i \text{ or } N_i),\ \sigma\big)
+
+Each sweep :math:`s` (one configuration over load) has its own costs :math:`C_{1s}, C_{2s}`
+— the combinations the data identify, sampled as axes. How they relate to the six cycle
+coefficients (:func:`specbayes.laws.effective_costs`) depends on the structure
+(:mod:`specbayes.model_next.design`):
+
+*anchored* (:func:`anchored_costs`) — a unit's dense costs and its SD sweeps' ratios
+:math:`C_{jR} = C_{j,\mathrm{sd}}/C_{j,\mathrm{dense}}` are sampled; the prefill shares and,
+where alpha is unknown, the tokens per cycle :math:`E` are prior-only positions inside their
+feasible intervals; the coefficients are derived exactly (the decomposition holds, nothing
+is sampled against a ridge);
+
+*pooled* (:func:`pooled_costs`) — the coefficients follow the hierarchy
+(:mod:`specbayes.model_next.hierarchy`) and each sweep's log costs are Normal around the
+decomposition with scale :math:`\tau`.
+
+In both, an open-loop sweep's :math:`\log C_2` is truncated above at
+:math:`-\log\lambda_\max` (its fastest observed rate): saturation of an observed row is
+outside the prior's support, not a NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+
+from specbayes import laws
+from specbayes.model_next.design import Design
+from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
+from specbayes.model_next.likelihood import log_mean_latency
+from specbayes.model_next.priors import merge_priors
+
+
+def build_model(design: Design, priors: dict | None = None) -> pm.Model:
+    r"""The generative model of a dataset (every free variable has a proper prior).
+
+    Parameters
+    ----------
+    design : Design
+        From :func:`specbayes.model_next.design.build_design`.
+    priors : dict, optional
+        Overrides of :data:`specbayes.model_next.priors.DEFAULT_PRIORS`.
+
+    Returns
+    -------
+    pymc.Model
+        With observed ``log_latency`` (dims ``obs``), its mean ``mu``, per-sweep costs
+        ``log_c1``, ``log_c2`` (dims ``sweep``) and the coefficients as deterministics.
+    """
+    pr = merge_priors(priors)
+    with pm.Model(coords=design.coords) as model:
+        # data: one row per load point
+        load = pm.Data("load", design.load, dims="obs")
+        sweep = pm.Data("obs_sweep", design.obs_sweep, dims="obs")
+        closed = pm.Data("closed", design.obs_closed, dims="obs")
+
+        # per-sweep costs (the identified axes) and the coefficients behind them
+        if design.structure == "anchored":
+            log_c1, log_c2 = anchored_costs(design, pr)
+        else:
+            log_c1, log_c2 = pooled_costs(design, pr)
+        log_c1 = pm.Deterministic("log_c1", log_c1, dims="sweep")
+        log_c2 = pm.Deterministic("log_c2", log_c2, dims="sweep")
+
+        # likelihood: the latency law, multiplicative noise
+        sigma = pm.HalfNormal("sigma", **pr["sigma"])
+        mu = pm.Deterministic(
+            "mu", log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed), dims="obs"
+        )
+        pm.Normal("log_latency", mu=mu, sigma=sigma, observed=design.log_latency, dims="obs")
+    return model
+
+
+def anchored_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.TensorVariable]:
+    r"""Sweep costs of the anchored structure; the coefficients as derived deterministics.
+
+    Per unit :math:`u` (its dense sweep) and SD sweep :math:`s` of that unit, with
+    :math:`q_s = g_s/g_u` (decode lengths) and :math:`E_\max` = :math:`E(\alpha,k)` or
+    :math:`k+1` where alpha is unknown:
+
+    .. math::
+
+        \log C_{1u} &\sim \mathcal N, \qquad
+        \log C_{2u} \sim \mathcal N_{(-\infty,\ -\log\lambda_{\max,u})} \\
+        \log C_{jR,s} &\sim \mathcal N_{(\log(q_s/E_\max),\ \cdot)}, \quad
+        \text{upper } -\log\lambda_{\max,s} - \log C_{2u} \text{ for } j = 2 \\
+        \pi_{ju} &= \pi^{\max}_{ju}\,\mathrm{logistic}(\eta_{ju}), \qquad
+        \pi^{\max}_{ju} = \min\big(1, \min_s \tfrac{C_{jR,s} - q_s/E_\max}{1 - q_s/E_\max}\big) \\
+        \rho_{js} &= \frac{C_{jR,s} - \pi_{ju}}{1 - \pi_{ju}}, \qquad
+        E_s = E_\mathrm{lo} + (k + 1 - E_\mathrm{lo})\,\mathrm{logistic}(\zeta_s),\quad
+        E_\mathrm{lo} = \max(1, q_s/\rho_{1s}, q_s/\rho_{2s})
+
+    and then, exactly, :math:`c_{jp} = \pi_j C_{ju}`, :math:`c_{jv} = (1-\pi_j) C_{ju}/g_u`,
+    :math:`c_{jd} = (\rho_j E_s/q_s - 1)\,c_{jv}/k` — positive by construction, and
+    :func:`specbayes.laws.effective_costs` of them returns :math:`C_{j,\mathrm{sd}}`.
+    """
+    units = design.unit_dense
+    log_c1u = pm.Normal("log_c1_dense", **pr["log_c1_dense"], dims="unit")
+    log_c2u = _below_wall(
+        "log_c2_dense", **pr["log_c2_dense"], wall=design.log_wall[units], dims="unit"
+    )
+    log_c1, log_c2 = log_c1u[design.sweep_unit], log_c2u[design.sweep_unit]
+    if len(design.sd) == 0:
+        return log_c1, log_c2
+
+    sd, su = design.sd, design.sweep_unit[design.sd]
+    q = design.decode[sd] / design.decode[units[su]]
+    floor = q / design.e_max[sd]  # C_R of ideal speculation: every draft accepted, free drafter
+    ratio_1 = pm.TruncatedNormal(
+        "log_c1_ratio", **pr["log_ratio"], lower=np.log(floor), dims="sd_sweep"
+    )
+    ratio_2 = pm.TruncatedNormal(
+        "log_c2_ratio",
+        **pr["log_ratio"],
+        lower=np.log(floor),
+        upper=design.log_wall[sd] - log_c2u[su],
+        dims="sd_sweep",
+    )
+    log_c1 = pt.set_subtensor(log_c1[sd], log_c1u[su] + ratio_1)
+    log_c2 = pt.set_subtensor(log_c2[sd], log_c2u[su] + ratio_2)
+    if design.level == "sd":
+        _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floor)
+    return log_c1, log_c2
+
+
+def _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floor) -> None:
+    """Prefill shares, tokens per cycle and the six coefficients (see :func:`anchored_costs`)."""
+    sd, su = design.sd, design.sweep_unit[design.sd]
+    ratios = pt.stack([pt.exp(ratio_1), pt.exp(ratio_2)], axis=1)  # (sd_sweep, cost)
+    bound = (ratios - floor[:, None]) / (1.0 - floor[:, None])
+    member = su[None, :] == np.arange(len(design.unit_dense))[:, None]  # (unit, sd_sweep)
+    share_max = pt.minimum(1.0, pt.min(pt.where(member[:, :, None], bound[None], 1.0), axis=1))
+    eta = pm.Normal("share_logit", **pr["share_logit"], dims=("unit", "cost"))
+    share = pm.Deterministic(
+        "prefill_share", share_max * pm.math.sigmoid(eta), dims=("unit", "cost")
+    )
+    rho = (ratios - share[su]) / (1.0 - share[su])  # per-token SD/dense cost ratio
+
+    unknown = ~np.isfinite(design.alpha[sd])
+    tokens = pt.as_tensor_variable(design.e_max[sd])
+    if unknown.any():
+        design.coords.setdefault(
+            "sd_unknown", [design.coords["sd_sweep"][i] for i in np.flatnonzero(unknown)]
+        )
+        pm.Model.get_context().add_coord("sd_unknown", design.coords["sd_unknown"])
+        zeta = pm.Normal("tokens_logit", **pr["tokens_logit"], dims="sd_unknown")
+        e_lo = pt.maximum(1.0, pt.max(q[:, None] / rho, axis=1))[unknown]
+        k1 = design.k[sd][unknown] + 1.0
+        tokens = pt.set_subtensor(tokens[unknown], e_lo + (k1 - e_lo) * pm.math.sigmoid(zeta))
+    tokens = pm.Deterministic("tokens_per_cycle", tokens, dims="sd_sweep")
+
+    c_dense = pt.stack([pt.exp(log_c1u), pt.exp(log_c2u)], axis=1)  # (unit, cost)
+    g_u = design.decode[design.unit_dense][:, None]
+    c_p, c_v = share * c_dense, (1.0 - share) * c_dense / g_u
+    k = design.k[sd][:, None]
+    c_d = (rho * tokens[:, None] / q[:, None] - 1.0) * c_v[su] / k
+    coefs = pt.stack([c_p[su, 0], c_v[su, 0], c_d[:, 0], c_p[su, 1], c_v[su, 1], c_d[:, 1]], axis=1)
+    pm.Deterministic("coefficients", coefs, dims=("sd_sweep", "coef"))
+
+
+def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.TensorVariable]:
+    r"""Sweep costs of the pooled structure: hierarchy → decomposition → per-sweep deviation.
+
+    .. math::
+
+        \log c_{uj} &= \mu_{g(u)j} + \beta_j t_{uj} + s_j z_{uj}
+        \quad(:func:`~specbayes.model_next.hierarchy.log_coefficients`) \\
+        (C_{1s}^{\mathrm{eff}}, C_{2s}^{\mathrm{eff}}) &=
+        \mathrm{effective\_costs}(c_{u(s)}, g_s, \alpha_s, k_s) \\
+        \log C_{1s} &\sim \mathcal N(\log C_{1s}^{\mathrm{eff}}, \tau_1), \qquad
+        \log C_{2s} \sim \mathcal N_{(-\infty, -\log\lambda_{\max,s})}
+        (\log C_{2s}^{\mathrm{eff}}, \tau_2)
+    """
+    coefs = design.coords["coef"]
+    prior = [pr["coef_mu"][c] for c in coefs]
+    mu = pm.Normal(
+        "coef_mu",
+        mu=np.array([p["mu"] for p in prior]),
+        sigma=np.array([p["sigma"] for p in prior]),
+        dims=("group", "coef"),
+    )
+    slope_t = pm.Normal("trend", **pr["trend"], dims="coef_t")
+    cell_sd = pm.HalfNormal("cell_sd", **pr["cell_sd"], dims="coef")
+    z = pm.Normal("cell_z", 0.0, 1.0, dims=("unit", "coef"))
+    trend, _ = trend_covariates(*_unit_workload(design), coefs)
+    slope = pt.set_subtensor(
+        pt.zeros(len(coefs))[[coefs.index(c) for c in design.coords["coef_t"]]], slope_t
+    )
+    log_c = pm.Deterministic(
+        "log_coef",
+        log_coefficients(mu, slope, cell_sd, z, design.unit_group, trend),
+        dims=("unit", "coef"),
+    )
+    c = pt.exp(log_c)[design.sweep_unit]
+    full = {name: c[:, i] for i, name in enumerate(coefs)}
+    c1_eff, c2_eff = laws.effective_costs(
+        full["c1p"], full["c1v"], full.get("c1d", 0.0),
+        full["c2p"], full["c2v"], full.get("c2d", 0.0),
+        design.decode, np.where(np.isfinite(design.alpha), design.alpha, 0.5), design.k,
+    )  # fmt: skip
+    tau = pm.HalfNormal("tau", **pr["tau"], dims="cost")
+    log_c1 = pm.Normal("log_c1_sweep", pt.log(c1_eff), tau[0], dims="sweep")
+    log_c2 = _below_wall("log_c2_sweep", pt.log(c2_eff), tau[1], wall=design.log_wall, dims="sweep")
+    return log_c1, log_c2
+
+
+def _below_wall(name: str, mu, sigma, wall: np.ndarray, dims: str):
+    r"""Log :math:`C_2` prior: Normal truncated above at the wall :math:`-\log\lambda_\max`.
+
+    A plain Normal where every wall is infinite (closed loop): PyMC's ``TruncatedNormal``
+    with only infinite bounds mislabels its value variable."""
+    if np.all(np.isinf(wall)):
+        return pm.Normal(name, mu, sigma, dims=dims)
+    return pm.TruncatedNormal(name, mu, sigma, upper=wall, dims=dims)
+
+
+def _unit_workload(design: Design) -> tuple[np.ndarray, np.ndarray]:
+    """Prefill and decode tokens of each unit (means over its sweeps)."""
+    n = len(design.coords["unit"])
+    p = np.bincount(design.sweep_unit, design.prefill, n) / np.bincount(design.sweep_unit, None, n)
+    g = np.bincount(design.sweep_unit, design.decode, n) / np.bincount(design.sweep_unit, None, n)
+    return p, g

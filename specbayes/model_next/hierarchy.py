@@ -1,0 +1,69 @@
+r"""The hierarchical location of the log coefficients — one function for graph and prediction.
+
+.. math::
+
+    \log c_{u j} = \mu_{g(u) j} + \beta_j\, t_{u j} + s_j\, z_{u j},
+    \qquad z_{u j} \sim \mathcal N(0, 1)
+
+for unit (cell) :math:`u` of group :math:`g(u)` = (verifier, hardware) and coefficient
+:math:`j`: a group level :math:`\mu`, a log-log cell trend :math:`\beta_j` on the centred log
+covariate :math:`t_{uj}` (:func:`trend_covariates`; zero for coefficients without a trend) and
+a cell deviation of scale :math:`s_j`. The graph evaluates it on PyTensor variables; a held-out
+cell is predicted by the same function with :math:`z` drawn from its prior.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specbayes.model_next.design import TRENDED
+
+
+def log_coefficients(
+    mu: Any, slope: Any, cell_sd: Any, z: Any, group: np.ndarray, trend: np.ndarray
+) -> Any:
+    r"""Log coefficients of units: :math:`\mu_{g(u)} + \beta \odot t_u + s \odot z_u`.
+
+    Parameters
+    ----------
+    mu : (n_group, n_coef) array or tensor
+        Group levels.
+    slope : (n_coef,) array or tensor
+        Trend slopes (entries of coefficients without a trend are multiplied by zero).
+    cell_sd : (n_coef,) array or tensor
+        Cell deviation scales.
+    z : (n_unit, n_coef) array or tensor
+        Standardised cell deviations.
+    group : (n_unit,) int array
+        Group of each unit.
+    trend : (n_unit, n_coef) array
+        Centred log covariates (:func:`trend_covariates`).
+
+    Returns
+    -------
+    (n_unit, n_coef) array or tensor
+    """
+    return mu[group] + slope * trend + cell_sd * z
+
+
+def trend_covariates(
+    prefill: np.ndarray, decode: np.ndarray, coefs: list[str], centre: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Centred log covariates :math:`t_{uj}` of units with ``prefill`` p and ``decode`` g.
+
+    ``prefill`` coefficients use :math:`\log p`, ``kv`` ones :math:`\log(p + g/2)`, the others
+    0. ``centre`` (per coefficient) defaults to the mean over the given units; pass the
+    fitted one when predicting new cells. Returns ``(trend, centre)``.
+    """
+    p = np.maximum(np.asarray(prefill, float), 1.0)
+    kv = p + 0.5 * np.asarray(decode, float)
+    raw = np.zeros((len(p), len(coefs)))
+    for j, c in enumerate(coefs):
+        kind = TRENDED.get(c)
+        if kind is not None:
+            raw[:, j] = np.log(p if kind == "prefill" else kv)
+    if centre is None:
+        centre = raw.mean(axis=0)
+    return raw - centre, centre

@@ -1,0 +1,88 @@
+r"""Prior configuration of the model: data, not code (DESIGN.md §5).
+
+Every entry is a plain dict of distribution parameters; :func:`merge_priors` overlays a
+user's dict on :data:`DEFAULT_PRIORS`. Scales are on the log scale of seconds unless said.
+
+Anchored structure (a unit's costs are identified by its own sweeps)
+    ``log_c1_dense``, ``log_c2_dense``
+        Normal priors of :math:`\log C_1, \log C_2` of a dense sweep; :math:`\log C_2` is
+        truncated above by :math:`-\log\lambda_\max` on open-loop sweeps (the wall).
+    ``log_ratio``
+        Normal prior of :math:`\log C_{1R}, \log C_{2R}` (SD over dense), truncated below by
+        :math:`-\log E_\max` (no SD configuration beats a pass per ``E_max`` tokens).
+    ``share_logit``
+        Logit position of the prefill share :math:`\pi_j = c_{jp}/C_{j,\mathrm{dense}}` in its
+        feasible interval.
+    ``tokens_logit``
+        Logit position of :math:`E` in :math:`(E_\mathrm{lo}, k + 1)` where alpha is unknown.
+
+Pooled structure (coefficients shared across sweeps)
+    ``coef_mu``
+        Normal prior of each group's log coefficient (one entry per coefficient).
+    ``trend``
+        Normal prior of the log-log slope of a coefficient on its cell covariate.
+    ``cell_sd``
+        HalfNormal scale of a cell's deviation from its group's trend.
+    ``tau``
+        HalfNormal scale of a sweep's deviation from the cycle decomposition.
+
+Both
+    ``sigma``
+        HalfNormal scale of the multiplicative observation noise (log latency).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+#: The six cycle coefficients, in the order of :func:`specbayes.laws.effective_costs`.
+COEFS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
+VERIFIER_COEFS = ("c1p", "c1v", "c2p", "c2v")
+DRAFTER_COEFS = ("c1d", "c2d")
+
+DEFAULT_PRIORS: dict[str, dict] = {
+    "sigma": {"sigma": 0.05},
+    # anchored
+    "log_c1_dense": {"mu": np.log(2.0), "sigma": 2.0},
+    "log_c2_dense": {"mu": np.log(0.02), "sigma": 2.5},
+    "log_ratio": {"mu": 0.0, "sigma": 1.0},
+    "share_logit": {"mu": -1.5, "sigma": 1.5},
+    "tokens_logit": {"mu": 0.0, "sigma": 1.5},
+    # pooled: typical single-GPU magnitudes (s; c2* per concurrent request), 2.0 log sd
+    "coef_mu": {
+        "c1p": {"mu": np.log(0.03), "sigma": 2.0},
+        "c1v": {"mu": np.log(0.01), "sigma": 2.0},
+        "c1d": {"mu": np.log(0.002), "sigma": 2.0},
+        "c2p": {"mu": np.log(0.005), "sigma": 2.0},
+        "c2v": {"mu": np.log(5e-5), "sigma": 2.0},
+        "c2d": {"mu": np.log(1e-5), "sigma": 2.0},
+    },
+    "trend": {"mu": 1.0, "sigma": 0.5},
+    "cell_sd": {"sigma": 0.3},
+    "tau": {"sigma": 0.1},
+}
+
+
+def merge_priors(priors: dict | None = None) -> dict:
+    """Return :data:`DEFAULT_PRIORS` with ``priors`` overlaid (nested dicts merged per key).
+
+    Raises
+    ------
+    KeyError
+        If ``priors`` names an entry the model does not have.
+    """
+    merged = copy.deepcopy(DEFAULT_PRIORS)
+    for key, value in (priors or {}).items():
+        if key not in merged:
+            raise KeyError(f"unknown prior {key!r}; known: {sorted(merged)}")
+        if isinstance(value, dict) and isinstance(merged[key], dict):
+            for sub, v in value.items():
+                if isinstance(v, dict) and isinstance(merged[key].get(sub), dict):
+                    merged[key][sub].update(v)
+                else:
+                    merged[key][sub] = v
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,129 @@
+"""Structure of the next model core (``specbayes.model_next``), without sampling.
+
+Shapes, dims and coordinates; the prior predictive is finite; the graph's expected latency
+equals :mod:`specbayes.laws` at a point; the anchored structure's derived coefficients give
+back the sweep costs through :func:`specbayes.laws.effective_costs`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+
+from specbayes import laws
+from specbayes.data import validate_sweeps
+from specbayes.model_next import build_design, build_model, merge_priors
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import small_sweeps  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def real_case():
+    return small_sweeps.real_case("HumanEval", "dspark")
+
+
+@pytest.fixture(scope="module")
+def demo_subset():
+    df = pd.read_parquet(REPO / "data/demo.parquet")
+    df = df[(df["verifier"] == "Llama-3.1-8B") & df["cell"].isin(["256x256", "1024x1024"])]
+    return validate_sweeps(df.reset_index(drop=True))
+
+
+def _evaluate(model: pm.Model, names: list[str], seed: int) -> list[np.ndarray]:
+    """Values of named variables at a few prior draws (draw axis first)."""
+    prior = pm.sample_prior_predictive(3, model=model, var_names=names, random_seed=seed).prior
+    return [prior[n].values[0] for n in names]
+
+
+def test_anchored_design_dims(real_case):
+    design = build_design(real_case.table)
+    assert design.structure == "anchored"
+    model = build_model(design)
+    assert len(model.coords["sweep"]) == 2 and len(model.coords["obs"]) == 8
+    assert model.named_vars_to_dims["mu"] == ("obs",)
+    assert model.named_vars_to_dims["coefficients"] == ("sd_sweep", "coef")
+    assert {v.name for v in model.free_RVs} == {
+        "log_c1_dense",
+        "log_c2_dense",
+        "log_c1_ratio",
+        "log_c2_ratio",
+        "share_logit",
+        "tokens_logit",
+        "sigma",
+    }
+
+
+def test_pooled_design_dims(demo_subset):
+    design = build_design(demo_subset)
+    assert design.structure == "pooled"
+    model = build_model(design)
+    assert model.named_vars_to_dims["log_coef"] == ("unit", "coef")
+    assert len(model.coords["unit"]) == 2 and len(model.coords["coef"]) == 6
+    # every configuration is one sweep: the synchronous point joins its open-loop rates
+    assert (
+        len(model.coords["sweep"])
+        == demo_subset.data.groupby(["cell", "k", "alpha"], dropna=False).ngroups
+    )
+
+
+def test_prior_predictive_finite(real_case):
+    model = build_model(build_design(real_case.table))
+    pp = pm.sample_prior_predictive(200, model=model, random_seed=3)
+    assert np.isfinite(pp.prior_predictive["log_latency"].values).all()
+    assert np.isfinite(pp.prior["mu"].values).all()
+    coefs = pp.prior["coefficients"].values
+    assert (coefs > 0).all()
+
+
+def test_prior_predictive_open_loop_finite(demo_subset):
+    model = build_model(build_design(demo_subset))
+    pp = pm.sample_prior_predictive(100, model=model, random_seed=4)
+    assert np.isfinite(pp.prior["mu"].values).mean() == 1.0
+
+
+def test_graph_equals_laws_closed_loop(real_case):
+    design = build_design(real_case.table)
+    model = build_model(design)
+    names = ["mu", "log_c1", "log_c2", "coefficients", "tokens_per_cycle"]
+    mu, lc1, lc2, coefs, tokens = _evaluate(model, names, 1)
+    c1, c2 = np.exp(lc1[:, design.obs_sweep]), np.exp(lc2[:, design.obs_sweep])
+    expect = np.log(laws.closed_loop_latency(design.load, c1, c2))
+    np.testing.assert_allclose(mu, expect, rtol=1e-10)
+    # derived coefficients reproduce the SD sweep's costs through the cycle decomposition
+    (s,) = design.sd
+    k = design.k[s]
+    alpha = laws.alpha_from_acceptance_length(tokens[:, 0], k)
+    c1_eff, c2_eff = laws.effective_costs(*coefs[:, 0].T, design.decode[s], alpha, k)
+    np.testing.assert_allclose(c1_eff, np.exp(lc1[:, s]), rtol=1e-8)
+    np.testing.assert_allclose(c2_eff, np.exp(lc2[:, s]), rtol=1e-8)
+
+
+def test_graph_equals_laws_pooled(demo_subset):
+    design = build_design(demo_subset)
+    model = build_model(design)
+    mu, lc1, lc2 = _evaluate(model, ["mu", "log_c1", "log_c2"], 2)
+    c1, c2 = np.exp(lc1[:, design.obs_sweep]), np.exp(lc2[:, design.obs_sweep])
+    expect = np.where(
+        design.obs_closed,
+        laws.closed_loop_latency(design.load, c1, c2),
+        laws.latency(design.load, c1, c2),
+    )
+    np.testing.assert_allclose(mu, np.log(expect), rtol=1e-10)
+    # every open-loop row is unsaturated at any draw: the wall is a prior bound
+    assert np.isfinite(mu).all()
+
+
+def test_merge_priors():
+    pr = merge_priors({"sigma": {"sigma": 0.1}, "coef_mu": {"c1v": {"sigma": 1.0}}})
+    assert pr["sigma"]["sigma"] == 0.1 and pr["coef_mu"]["c1v"]["sigma"] == 1.0
+    assert pr["coef_mu"]["c1v"]["mu"] == np.log(0.01)
+    with pytest.raises(KeyError):
+        merge_priors({"nope": {}})
