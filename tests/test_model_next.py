@@ -57,7 +57,6 @@ def test_anchored_design_dims(real_case):
         "log_c2_ratio",
         "share_logit",
         "tokens_logit",
-        "sigma",
     }
 
 
@@ -121,9 +120,27 @@ def test_graph_equals_laws_pooled(demo_subset):
     assert np.isfinite(mu).all()
 
 
+def test_collapsed_noise_matches_normal_mixture():
+    """The collapsed density equals the Normal likelihood integrated over sigma^2 ~ IG(a, b)."""
+    from scipy import integrate, stats
+
+    from specbayes.model_next.likelihood import collapsed_logp
+
+    y, mu, a, b = np.array([0.01, -0.02, 0.015]), np.zeros(3), 1.5, 2e-4
+
+    def integrand(var):
+        return np.prod(stats.norm.pdf(y, mu, np.sqrt(var))) * stats.invgamma.pdf(var, a, scale=b)
+
+    parts = [integrate.quad(integrand, lo, hi, limit=200)[0] for lo, hi in ((0, 1e-3), (1e-3, 1.0))]
+    expect = np.log(sum(parts))
+    got = float(collapsed_logp(y, mu, a, b).eval())
+    np.testing.assert_allclose(got, expect, rtol=1e-6)
+
+
 def test_merge_priors():
-    pr = merge_priors({"sigma": {"sigma": 0.1}, "coef_mu": {"c1v": {"sigma": 1.0}}})
-    assert pr["sigma"]["sigma"] == 0.1 and pr["coef_mu"]["c1v"]["sigma"] == 1.0
+    pr = merge_priors({"noise": {"beta": 1e-4}, "coef_mu": {"c1v": {"sigma": 1.0}}})
+    assert pr["noise"] == {"alpha": 1.0, "beta": 1e-4}
+    assert pr["coef_mu"]["c1v"]["sigma"] == 1.0
     assert pr["coef_mu"]["c1v"]["mu"] == np.log(0.01)
     with pytest.raises(KeyError):
         merge_priors({"nope": {}})

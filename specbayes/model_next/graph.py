@@ -34,7 +34,7 @@ import pytensor.tensor as pt
 from specbayes import laws
 from specbayes.model_next.design import Design
 from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
-from specbayes.model_next.likelihood import log_mean_latency
+from specbayes.model_next.likelihood import collapsed_logp, collapsed_random, log_mean_latency
 from specbayes.model_next.priors import merge_priors
 
 
@@ -69,12 +69,22 @@ def build_model(design: Design, priors: dict | None = None) -> pm.Model:
         log_c1 = pm.Deterministic("log_c1", log_c1, dims="sweep")
         log_c2 = pm.Deterministic("log_c2", log_c2, dims="sweep")
 
-        # likelihood: the latency law, multiplicative noise
-        sigma = pm.HalfNormal("sigma", **pr["sigma"])
+        # likelihood: the latency law, multiplicative noise of variance sigma^2 ~ IG(a, b),
+        # integrated out (sigma is drawn from its exact conditional after sampling)
         mu = pm.Deterministic(
             "mu", log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed), dims="obs"
         )
-        pm.Normal("log_latency", mu=mu, sigma=sigma, observed=design.log_latency, dims="obs")
+        pm.CustomDist(
+            "log_latency",
+            mu,
+            pt.as_tensor(np.float64(pr["noise"]["alpha"])),
+            pt.as_tensor(np.float64(pr["noise"]["beta"])),
+            logp=collapsed_logp,
+            random=collapsed_random,
+            signature="(n),(),()->(n)",
+            observed=design.log_latency,
+            dims="obs",
+        )
     return model
 
 
@@ -187,17 +197,21 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
         dims=("group", "coef"),
     )
     slope_t = pm.Normal("trend", **pr["trend"], dims="coef_t")
-    cell_sd = pm.HalfNormal("cell_sd", **pr["cell_sd"], dims="coef")
-    z = pm.Normal("cell_z", 0.0, 1.0, dims=("unit", "coef"))
+    cell_sd = pm.Gamma("cell_sd", **pr["cell_sd"], dims="coef")
     trend, _ = trend_covariates(*_unit_workload(design), coefs)
     slope = pt.set_subtensor(
         pt.zeros(len(coefs))[[coefs.index(c) for c in design.coords["coef_t"]]], slope_t
     )
-    log_c = pm.Deterministic(
-        "log_coef",
-        log_coefficients(mu, slope, cell_sd, z, design.unit_group, trend),
-        dims=("unit", "coef"),
-    )
+    location = log_coefficients(mu, slope, 0.0, 0.0, design.unit_group, trend)
+    if pr["centred_cells"]:  # data-rich cells: the deviation itself is the sampled axis
+        log_c = pm.Normal("log_coef", location, cell_sd, dims=("unit", "coef"))
+    else:
+        z = pm.Normal("cell_z", 0.0, 1.0, dims=("unit", "coef"))
+        log_c = pm.Deterministic(
+            "log_coef",
+            log_coefficients(mu, slope, cell_sd, z, design.unit_group, trend),
+            dims=("unit", "coef"),
+        )
     c = pt.exp(log_c)[design.sweep_unit]
     full = {name: c[:, i] for i, name in enumerate(coefs)}
     c1_eff, c2_eff = laws.effective_costs(

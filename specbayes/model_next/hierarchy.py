@@ -28,13 +28,13 @@ def log_coefficients(
 
     Parameters
     ----------
-    mu : (n_group, n_coef) array or tensor
-        Group levels.
-    slope : (n_coef,) array or tensor
+    mu : (..., n_group, n_coef) array or tensor
+        Group levels (leading axes: posterior draws, if any).
+    slope : (..., n_coef) array or tensor
         Trend slopes (entries of coefficients without a trend are multiplied by zero).
-    cell_sd : (n_coef,) array or tensor
+    cell_sd : (..., n_coef) array or tensor
         Cell deviation scales.
-    z : (n_unit, n_coef) array or tensor
+    z : (..., n_unit, n_coef) array or tensor
         Standardised cell deviations.
     group : (n_unit,) int array
         Group of each unit.
@@ -43,9 +43,14 @@ def log_coefficients(
 
     Returns
     -------
-    (n_unit, n_coef) array or tensor
+    (..., n_unit, n_coef) array or tensor
     """
-    return mu[group] + slope * trend + cell_sd * z
+    return mu.take(group, axis=-2) + _row(slope) * trend + _row(cell_sd) * z
+
+
+def _row(x: Any) -> Any:
+    """A per-coefficient vector (with any leading draw axes) as a row over units."""
+    return x if np.ndim(x) == 0 else x[..., None, :]
 
 
 def trend_covariates(

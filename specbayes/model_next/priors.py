@@ -22,13 +22,21 @@ Pooled structure (coefficients shared across sweeps)
     ``trend``
         Normal prior of the log-log slope of a coefficient on its cell covariate.
     ``cell_sd``
-        HalfNormal scale of a cell's deviation from its group's trend.
+        Gamma scale of a cell's deviation from its group's trend (zero-avoiding: with a few
+        cells per group a HalfNormal lets it sink into the funnel of the centred cells).
     ``tau``
         HalfNormal scale of a sweep's deviation from the cycle decomposition.
+    ``centred_cells``
+        Sample the cells' log coefficients themselves (``True``: the data pin each cell's
+        coefficients, so the non-centred form is a funnel in ``cell_sd``) or their
+        standardised deviations (``False``).
 
 Both
-    ``sigma``
-        HalfNormal scale of the multiplicative observation noise (log latency).
+    ``noise``
+        InverseGamma(alpha, beta) prior of the variance :math:`\sigma^2` of the
+        multiplicative observation noise (log latency); weak: its density is within ~2.5
+        nats over :math:`\sigma \in (0.003, 0.05)`. It is integrated out of the sampled
+        density (:func:`specbayes.model_next.likelihood.collapsed_logp`).
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ VERIFIER_COEFS = ("c1p", "c1v", "c2p", "c2v")
 DRAFTER_COEFS = ("c1d", "c2d")
 
 DEFAULT_PRIORS: dict[str, dict] = {
-    "sigma": {"sigma": 0.05},
+    "noise": {"alpha": 1.0, "beta": 5e-5},
     # anchored
     "log_c1_dense": {"mu": np.log(2.0), "sigma": 2.0},
     "log_c2_dense": {"mu": np.log(0.02), "sigma": 2.5},
@@ -60,8 +68,10 @@ DEFAULT_PRIORS: dict[str, dict] = {
         "c2d": {"mu": np.log(1e-5), "sigma": 2.0},
     },
     "trend": {"mu": 1.0, "sigma": 0.5},
-    "cell_sd": {"sigma": 0.3},
+    "cell_sd": {"alpha": 2.0, "beta": 20.0},
     "tau": {"sigma": 0.1},
+    # parametrisation (a transform of the same model, not a different one)
+    "centred_cells": True,
 }
 
 

@@ -46,8 +46,23 @@ def sample(model: pm.Model, seed: int, compiled=None, **overrides) -> tuple[az.I
     compiled = compiled if compiled is not None else compile_model(model)
     mid = time.perf_counter()
     idata = nutpie.sample(compiled, seed=seed, progress_bar=False, **config)
+    add_sigma(idata, model, seed)
     end = time.perf_counter()
     return idata, {"compile_s": mid - start, "sample_s": end - mid}
+
+
+def add_sigma(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
+    r"""Add exact posterior draws of the noise scale :math:`\sigma` (integrated out of the
+    sampled density) to ``idata.posterior``: one from
+    :math:`\sigma^2 \mid \mu, y \sim IG(a + n/2, b + \tfrac12\sum (y - \mu)^2)` per draw."""
+    from specbayes.model_next.likelihood import draw_sigma
+
+    obs = model["log_latency"]
+    y = np.asarray(model.rvs_to_values[obs].data)
+    a, b = (float(x.eval()) for x in obs.owner.inputs[-2:])
+    mu = idata.posterior["mu"].values
+    rng = np.random.default_rng(seed)
+    idata.posterior["sigma"] = (("chain", "draw"), draw_sigma(y, mu, a, b, rng))
 
 
 def health(idata: az.InferenceData, model: pm.Model) -> dict:
