@@ -5,8 +5,8 @@ options — for each subcommand. Each must end with exit status 2, exactly one l
 the form ``specbayes <cmd>: <file/field>: <what is wrong> — <what to do>``, no traceback, and
 no output left behind (no ``--out`` file or folder, no hidden ``.partial`` leftovers).
 
-One tiny sd fit (2 chains × 20 draws) is shared by the module; most cases fail before it is
-used.
+One tiny sd fit (2 chains × 20 draws, :mod:`tiny_fit`) is shared with the notebook tests; most
+cases fail before it is used.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from tiny_fit import tiny_fit_path
 
 from specbayes.cli import main
 
@@ -27,11 +28,9 @@ FIX = Path(__file__).parent / "fixtures" / "ingest"
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory) -> Path:
     """A folder of good and bad inputs, and a tiny saved fit (``fit.nc``)."""
-    from specbayes.fit import fit
-    from specbayes.model import simulate_sweeps
-
     d = tmp_path_factory.mktemp("mistakes")
-    df, _ = simulate_sweeps(seed=7)
+    shutil.copy(tiny_fit_path(), d / "fit.nc")
+    df = pd.read_csv(tiny_fit_path().parent / "sweeps.csv")
     df.to_csv(d / "good.csv", index=False)
     df.to_csv(d / "semi.csv", index=False, sep=";")
     (d / "empty.csv").write_text("")
@@ -50,8 +49,6 @@ def ws(tmp_path_factory) -> Path:
     closed = closed.assign(concurrency=np.round(closed.rps * closed.latency).clip(lower=1))
     closed.assign(latency=closed.latency * 1000.0).to_csv(d / "ms.csv", index=False)
     df.drop(columns=["latency", "rps"]).to_csv(d / "no_latency.csv", index=False)
-    tiny = {"draws": 20, "tune": 20, "chains": 2}
-    fit(df, model="sd", sampler_config=tiny, progress=False).save(d / "fit.nc")
     _bad_fits(d)
     return d
 

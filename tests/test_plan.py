@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
+from conftest import DrawsFit
 
 from specbayes import laws, plan
 from specbayes.intervals import INTERVAL_PROB, interval_bounds
@@ -126,3 +128,32 @@ def test_arm_rejects_impossible_configurations():
         plan.Arm("V8", "A100", 1024, 1024, alpha=0.5, k=-1)
     with pytest.raises(ValueError, match="decode >= 1"):
         plan.Arm("V8", "A100", 1024, 0)
+
+
+def test_default_rate_grid_is_round():
+    from specbayes.commands.plan import rate_grid
+
+    assert rate_grid(5.86) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert rate_grid(44.1) == [0.0, 10.0, 20.0, 30.0, 40.0]
+    assert rate_grid(0.37) == [0.0, 0.1, 0.2, 0.3]
+
+
+def test_resolve_arm_takes_the_cells_tokens_and_refuses_unmeasured_pairs():
+    from conftest import law_rows
+
+    from specbayes.report import resolve_arm
+
+    fit = DrawsFit()
+    fit.data = pd.concat([law_rows(fit), law_rows(fit, decode=256)], ignore_index=True)
+    arm = resolve_arm(fit, cell="1024x256")
+    assert (arm.prefill, arm.decode, arm.cell) == (1024.0, 256.0, "1024x256")
+    arm = resolve_arm(fit, cell="300x700")  # not fitted, but its label gives the tokens
+    assert (arm.prefill, arm.decode) == (300.0, 700.0)
+    with pytest.raises(ValueError, match="never measured with verifier V8"):
+        resolve_arm(fit, drafter="medusa")
+    with pytest.raises(ValueError, match="--verifier X: not in this fit"):
+        resolve_arm(fit, verifier="X")
+    with pytest.raises(ValueError, match="--cell chat"):
+        resolve_arm(fit, cell="chat")
+    with pytest.raises(ValueError, match="give one or the other"):
+        resolve_arm(fit, cell="1024x256", decode=512)

@@ -56,3 +56,53 @@ def test_write_report_writes_everything(fit_with_data, tmp_path):
     data = json.loads((tmp_path / "headline.json").read_text())
     assert data["break_even"]["rps_star_median"] == pytest.approx(head.break_even.rps_star_median)
     assert (tmp_path / "k_table.csv").exists() and (tmp_path / "capacity.csv").exists()
+
+
+def _strict(text: str):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_report_json_is_strict_and_excluded_points_are_grouped(fit_with_data, tmp_path):
+    fit_with_data.excluded = pd.DataFrame(
+        {
+            "verifier": ["V8"] * 5,
+            "cell": ["1024x1024"] * 5,
+            "rps": [9.0, 9.5, 10.0, 10.5, 11.0],
+            "rule": ["flagged", "flagged", "flagged", "preempted", "flagged+preempted"],
+            "reason": ["saturated: throughput mode (all requests at once)"] * 3
+            + ["preempted", "saturated; 463 preemptions; preempted"],
+        }
+    )
+    report.write_report(fit_with_data, tmp_path)
+    doc = _strict((tmp_path / "headline.json").read_text())
+    assert "null_means" in doc and doc["workload"]["cell"] == "1024x1024"
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| rule | rows | example |" in summary and "| flagged | 3 |" in summary
+    assert "load_fit(path).excluded" in summary and "excluded_data" in summary
+    assert max(len(line) for line in summary.splitlines() if not line.startswith("|")) < 400
+
+
+def test_failed_report_leaves_nothing_behind(fit_with_data, tmp_path):
+    out = tmp_path / "report"
+    with pytest.raises(ValueError, match="zero-load latency"):
+        report.write_report(fit_with_data, out, slo=1e-4)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_speedup_band_stops_where_it_is_undefined():
+    t = pd.DataFrame(
+        dict(
+            rps=[0.0, 1.0, 2.0, 3.0],
+            median=[2.0, 1.8, 1.5, np.inf],
+            lo=[1.9, 1.6, 1.2, 1.0],
+            hi=[2.1, 2.0, np.inf, np.inf],
+        )
+    )
+    fig = plots.plot_speedup({"k=2": t})
+    ax = fig.axes[0]
+    line = ax.get_lines()[0]
+    assert list(line.get_xdata()) == [0.0, 1.0]  # not into the undefined band
+    assert any(ln.get_linestyle() == ":" for ln in ax.get_lines())  # saturation marked

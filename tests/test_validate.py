@@ -89,3 +89,12 @@ def test_heldout_figure_places_open_intervals_and_counts_saturated_points(tmp_pa
     assert np.isfinite([low, high]).all() and high == pytest.approx(6.0 * 1.5)
     assert "1 rows predicted saturated" in ax.get_legend().get_texts()[0].get_text()
     fig.savefig(tmp_path / "heldout.png")
+
+
+def test_leave_n_out_shows_fold_progress(capsys):
+    from specbayes.model import simulate_sweeps
+
+    df, _ = simulate_sweeps(seed=3)
+    validate.leave_n_out(df, n=1, repeats=2, methods=("baseline",), n_jobs=1, progress=True)
+    err = capsys.readouterr().err
+    assert "folds" in err and "2/2" in err
