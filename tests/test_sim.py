@@ -337,7 +337,7 @@ def test_demo_dataset_validates_and_has_the_design(demo_df):
     excluded = table.excluded
     assert (excluded.sweep_index == -1).sum() == (df.sweep_index == -1).sum()
     rest = excluded[excluded.sweep_index >= 0]
-    assert rest.groupby(["verifier", "cell", "k", "alpha"]).size().max() <= 1
+    assert rest.empty or rest.groupby(["verifier", "cell", "k", "alpha"]).size().max() <= 1
     assert len(table.data) >= 0.85 * (df.sweep_index >= 0).sum()
 
 
