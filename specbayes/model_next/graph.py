@@ -180,7 +180,8 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
 
     .. math::
 
-        \log c_{uj} &= \mu_{g(u)j} + \beta_j t_{uj} + s_j z_{uj}
+        \log c_{uj} &= \mu_{g(u)j} + \beta_j t_{uj} + d_{uj}, \qquad
+        d_{uj} \sim \mathcal N(0, s_j) \text{ (0 for coefficients without a cell level)}
         \quad(:func:`~specbayes.model_next.hierarchy.log_coefficients`) \\
         (C_{1s}^{\mathrm{eff}}, C_{2s}^{\mathrm{eff}}) &=
         \mathrm{effective\_costs}(c_{u(s)}, g_s, \alpha_s, k_s) \\
@@ -197,21 +198,26 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
         dims=("group", "coef"),
     )
     slope_t = pm.Normal("trend", **pr["trend"], dims="coef_t")
-    cell_sd = pm.Gamma("cell_sd", **pr["cell_sd"], dims="coef")
     trend, _ = trend_covariates(*_unit_workload(design), coefs)
-    slope = pt.set_subtensor(
-        pt.zeros(len(coefs))[[coefs.index(c) for c in design.coords["coef_t"]]], slope_t
-    )
-    location = log_coefficients(mu, slope, 0.0, 0.0, design.unit_group, trend)
+    slope = _scatter(slope_t, [coefs.index(c) for c in design.coords["coef_t"]], len(coefs))
+    # cell deviations only where a cell's own rows pin the coefficient (c1p is a small part
+    # of C1 — its cells follow the prefill trend alone)
+    deviating = [c for c in coefs if c in pr["cell_coefs"]]
+    pm.Model.get_context().add_coord("coef_c", deviating)
+    cols = [coefs.index(c) for c in deviating]
+    cell_sd = pm.Gamma("cell_sd", **pr["cell_sd"], dims="coef_c")
     if pr["centred_cells"]:  # data-rich cells: the deviation itself is the sampled axis
-        log_c = pm.Normal("log_coef", location, cell_sd, dims=("unit", "coef"))
+        dev = pm.Normal("cell_dev", 0.0, cell_sd, dims=("unit", "coef_c"))
+        scale = 1.0
     else:
-        z = pm.Normal("cell_z", 0.0, 1.0, dims=("unit", "coef"))
-        log_c = pm.Deterministic(
-            "log_coef",
-            log_coefficients(mu, slope, cell_sd, z, design.unit_group, trend),
-            dims=("unit", "coef"),
-        )
+        dev = pm.Normal("cell_z", 0.0, 1.0, dims=("unit", "coef_c"))
+        scale = _scatter(cell_sd, cols, len(coefs))
+    dev = pt.set_subtensor(pt.zeros((len(design.coords["unit"]), len(coefs)))[:, cols], dev)
+    log_c = pm.Deterministic(
+        "log_coef",
+        log_coefficients(mu, slope, scale, dev, design.unit_group, trend),
+        dims=("unit", "coef"),
+    )
     c = pt.exp(log_c)[design.sweep_unit]
     full = {name: c[:, i] for i, name in enumerate(coefs)}
     c1_eff, c2_eff = laws.effective_costs(
@@ -223,6 +229,11 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     log_c1 = pm.Normal("log_c1_sweep", pt.log(c1_eff), tau[0], dims="sweep")
     log_c2 = _below_wall("log_c2_sweep", pt.log(c2_eff), tau[1], wall=design.log_wall, dims="sweep")
     return log_c1, log_c2
+
+
+def _scatter(values, columns: list[int], size: int):
+    """A length-``size`` vector with ``values`` at ``columns`` and zeros elsewhere."""
+    return pt.set_subtensor(pt.zeros(size)[columns], values)
 
 
 def _below_wall(name: str, mu, sigma, wall: np.ndarray, dims: str):

@@ -26,6 +26,10 @@ Pooled structure (coefficients shared across sweeps)
         cells per group a HalfNormal lets it sink into the funnel of the centred cells).
     ``tau``
         HalfNormal scale of a sweep's deviation from the cycle decomposition.
+    ``cell_coefs``
+        Coefficients with a per-cell deviation; ``c1p`` is left out by default: it is a
+        small part of :math:`C_1` (one prefill against g verifier passes), so a cell's rows
+        do not pin it and a deviation there is a prior-only funnel.
     ``centred_cells``
         Sample the cells' log coefficients themselves (``True``: the data pin each cell's
         coefficients, so the non-centred form is a funnel in ``cell_sd``) or their
@@ -72,6 +76,8 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "tau": {"sigma": 0.1},
     # parametrisation (a transform of the same model, not a different one)
     "centred_cells": True,
+    # coefficients with a per-cell deviation (the others follow their group and trend)
+    "cell_coefs": ("c1v", "c1d", "c2p", "c2v", "c2d"),
 }
 
 
