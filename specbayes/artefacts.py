@@ -92,7 +92,10 @@ def staged_dir(out: str | Path) -> Iterator[Path]:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=parent))
     except OSError as exc:
-        raise ValueError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+        raise ValueError(
+            f"--out {out}: cannot write there ({exc.strerror or exc}) — give a folder you can "
+            "write to"
+        ) from None
     try:
         yield tmp
         out.mkdir(parents=True, exist_ok=True)

@@ -242,7 +242,7 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     try:
         return pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises its own types for corrupt files
-        text = " ".join(str(exc).split())[:120]
+        text = " ".join(str(exc).split()).split(". ")[0][:160]
         raise ValueError(
             f"{path}: unreadable parquet file ({text}) — write it again, or give a CSV"
         ) from None

@@ -247,7 +247,7 @@ def _run_folds(jobs: list, n_jobs: int, progress: bool) -> list:
     with a tqdm bar over finished folds when ``progress``."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(jobs), desc="folds", unit="fold", disable=not progress, leave=True)
+    bar = tqdm(total=len(jobs), desc="folds", unit="fold", disable=not (progress and jobs))
     results: list = [None] * len(jobs)
     try:
         if n_jobs > 1 and len(jobs) > 1:

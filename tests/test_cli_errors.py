@@ -39,6 +39,8 @@ def ws(tmp_path_factory) -> Path:
     (d / "notes.txt").write_text("verifier,hardware\n")
     (d / "folder").mkdir()
     (d / "afile").write_text("an existing file\n")
+    (d / "bad.parquet").write_bytes(b"garbage")
+    (d / "bad.csv.gz").write_bytes(b"not gzip")
     bad = df.copy()
     bad.loc[3, "latency"] = -1.0
     bad.to_csv(d / "bad_row.csv", index=False)
@@ -88,6 +90,9 @@ CASES = [
     ("fit-out-folder", "fit good.csv --out folder", "--out folder: is a folder", []),
     ("fit-out-suffix", "fit good.csv --out fit.csv", "give a name ending in .nc", ["fit.csv"]),
     ("fit-no-out", "fit good.csv", "required: --out", []),
+    ("fit-out-under-a-file", "fit good.csv --out afile/fit.nc", "afile is a file", []),
+    ("fit-bad-parquet", "fit bad.parquet --out new/x.nc", "unreadable parquet", ["new"]),
+    ("fit-bad-gzip", "fit bad.csv.gz --out x.nc", "bad.csv.gz", ["x.nc"]),
     ("fit-draws-zero", "fit good.csv --out x.nc --draws 0", "--draws", ["x.nc"]),
     ("fit-bad-model", "fit good.csv --out x.nc --model moee", "--model", ["x.nc"]),
     # -- ingest --------------------------------------------------------------------------------
@@ -125,6 +130,7 @@ CASES = [
     ("plan-k-negative", "plan fit.nc --k -2", "--k", []),
     ("plan-prob", "plan fit.nc --slo 5 --prob 90", "--prob", []),
     ("plan-rps", "plan fit.nc --rps 1,two,3", "--rps", []),
+    ("plan-alphas", "plan fit.nc --alphas 0.5,2", "--alphas", []),
     ("plan-rps-negative", "plan fit.nc --rps=-1,2", "--rps", []),
     ("plan-slo-negative", "plan fit.nc --slo=-5", "--slo", []),
     ("plan-slo-below-zero-load", "plan fit.nc --slo 0.01 --out p", "raise the slo", ["p"]),
@@ -146,6 +152,7 @@ CASES = [
     ("validate-out-is-file", "validate good.csv --out afile", "is an existing file", []),
     ("validate-leave-out-zero", "validate good.csv --out v --leave-out 0", "--leave-out", ["v"]),
     ("validate-milliseconds", "validate ms.csv --out v", "milliseconds", ["v"]),
+    ("validate-leave-out-all", "validate good.csv --out v --leave-out 9", "no fold", ["v"]),
     # -- the command itself --------------------------------------------------------------------
     ("unknown-command", "fti good.csv", "invalid choice", []),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 from specbayes.commands import nonneg_int, positive_int
@@ -107,6 +108,23 @@ def check_out_file(path: Path) -> Path:
     return path
 
 
+def probe_writable(path: Path) -> Path | None:
+    """Create ``path``'s folder and touch a file there, so a bad ``--out`` fails before
+    sampling; returns the first folder created (to remove if the fit fails), if any."""
+    created = next((p for p in reversed(path.parents) if not p.exists()), None)
+    probe = path.with_name(f".{path.name}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(
+            f"--out {path}: cannot write there ({exc.strerror or exc}) — give a path in a "
+            "folder you can write to"
+        ) from None
+    return created
+
+
 def save_atomically(result, path: Path) -> Path:
     """Write the fit beside ``path`` and move it into place (no half-written file on failure)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,10 +154,15 @@ def run(args: argparse.Namespace) -> int:
         for key in ("chains", "draws", "tune", "seed", "cores", "sampler", "start")
         if getattr(args, key) is not None
     }
+    created = probe_writable(out)
     try:
         result = fit(table, model=args.model, sampler_config=config, progress=not args.quiet)
-    except ValueError as exc:  # the data cannot be fitted at this level: name the file
-        text = str(exc)
+    except BaseException as exc:
+        if created is not None:  # leave no empty folder behind
+            shutil.rmtree(created, ignore_errors=True)
+        if not isinstance(exc, ValueError):
+            raise
+        text = str(exc)  # the data cannot be fitted at this level: name the file
         raise ValueError(
             text if text.startswith(str(args.data)) else f"{args.data}: {text}"
         ) from exc
