@@ -84,8 +84,9 @@ def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98):
 def plot_speedup(tables: Mapping[str, pd.DataFrame], *, ax=None, title: str | None = None):
     """Speedup vs request rate with interval bands, one curve per configuration.
 
-    Each curve is drawn only over the loads where its band is defined (both interval ends
-    finite: fewer than 5 % of draws have a saturated server); where it ends, a dotted
+    Each curve is drawn only over the loads where its band is a band of latency ratios: both
+    interval ends finite and fewer than 5 % of draws with either server saturated (there the
+    speedup is unbounded or zero by convention, not a ratio). Where a curve ends, a dotted
     vertical line marks the load at which saturation enters the band.
 
     Parameters
@@ -97,7 +98,11 @@ def plot_speedup(tables: Mapping[str, pd.DataFrame], *, ax=None, title: str | No
     marked = False
     for i, (label, t) in enumerate(tables.items()):
         color = f"C{i % 10}"
-        ok = (np.isfinite(t["lo"]) & np.isfinite(t["hi"]) & np.isfinite(t["median"])).to_numpy()
+        ok = np.isfinite(t["lo"]) & np.isfinite(t["hi"]) & np.isfinite(t["median"])
+        for col in ("p_dense_saturated", "p_sd_saturated"):
+            if col in t:
+                ok = ok & (t[col] < 0.05)
+        ok = np.array(ok, dtype=bool)
         ok = np.logical_and.accumulate(ok)  # up to the first load where the band breaks
         ax.plot(t.rps[ok], t["median"][ok], color=color, label=label)
         ax.fill_between(t.rps[ok], t["lo"][ok], t["hi"][ok], color=color, alpha=0.18, lw=0)
@@ -108,7 +113,7 @@ def plot_speedup(tables: Mapping[str, pd.DataFrame], *, ax=None, title: str | No
                 color=color,
                 ls=":",
                 lw=1.2,
-                label=None if marked else "saturation enters the band",
+                label=None if marked else "a server saturates in > 5 % of draws",
             )
             marked = True
     ax.axhline(1.0, color="black", lw=1, ls="--")
