@@ -172,6 +172,7 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
         "obs": np.arange(len(data)),
         "sweep": list(sweeps.index),
         "sd_sweep": list(sweeps.index[sd]),
+        "sd_unknown": list(sweeps.index[sd][np.isnan(alpha[sd])]),
         "unit": units,
         "group": groups,
         "cell": units,  # one unit per cell within a group; the label carries verifier|hw

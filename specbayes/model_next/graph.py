@@ -156,10 +156,6 @@ def _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floo
     unknown = ~np.isfinite(design.alpha[sd])
     tokens = pt.as_tensor_variable(design.e_max[sd])
     if unknown.any():
-        design.coords.setdefault(
-            "sd_unknown", [design.coords["sd_sweep"][i] for i in np.flatnonzero(unknown)]
-        )
-        pm.Model.get_context().add_coord("sd_unknown", design.coords["sd_unknown"])
         zeta = pm.Normal("tokens_logit", **pr["tokens_logit"], dims="sd_unknown")
         e_lo = pt.maximum(1.0, pt.max(q[:, None] / rho, axis=1))[unknown]
         k1 = design.k[sd][unknown] + 1.0
