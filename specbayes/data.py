@@ -465,10 +465,12 @@ def _duplicates(df: pd.DataFrame, violations: list) -> pd.Series:
 
 def _signed_line(x: np.ndarray, y: np.ndarray, sign: int) -> tuple[float, float]:
     """Least-squares line whose slope has the given sign (0 when the data say otherwise)."""
-    slope, icpt = np.polyfit(x, y, 1)
+    xm, ym = x.mean(), y.mean()
+    dx = x - xm
+    slope = float(dx @ (y - ym) / (dx @ dx))
     if slope * sign < 0:
-        slope, icpt = 0.0, float(np.mean(y))
-    return float(slope), float(icpt)
+        return 0.0, float(ym)
+    return slope, float(ym - slope * xm)
 
 
 def _law_prediction(x: np.ndarray, lat: np.ndarray, at: float, closed: bool) -> float:
@@ -486,14 +488,16 @@ def _law_prediction(x: np.ndarray, lat: np.ndarray, at: float, closed: bool) -> 
 
 
 def _growth_flags(df: pd.DataFrame, growth_factor: float) -> pd.Series:
-    flags = pd.Series(False, index=df.index)
-    for _, sweep in df.groupby("sweep", sort=False):
-        if len(sweep) < 4:
+    flags = np.zeros(len(df), dtype=bool)
+    closed_all = df["closed"].to_numpy(bool)
+    load_all = np.where(closed_all, df["concurrency"].to_numpy(float), df["rps"].to_numpy(float))
+    lat_all = df["latency"].to_numpy(float)
+    for idx in df.groupby("sweep", sort=False).indices.values():  # positions, not labels
+        if len(idx) < 4:
             continue
-        closed = bool(sweep["closed"].iloc[0])
-        load = (sweep["concurrency"] if closed else sweep["rps"]).to_numpy(float)
-        order = np.argsort(load, kind="stable")
-        x, lat = load[order], sweep["latency"].to_numpy(float)[order]
+        closed = bool(closed_all[idx[0]])
+        order = idx[np.argsort(load_all[idx], kind="stable")]
+        x, lat = load_all[order], lat_all[order]
         kept = np.ones(len(x), dtype=bool)
         for i in range(3, len(x)):
             fit_x, fit_lat = x[:i][kept[:i]], lat[:i][kept[:i]]
@@ -501,8 +505,8 @@ def _growth_flags(df: pd.DataFrame, growth_factor: float) -> pd.Series:
                 continue
             if lat[i] > growth_factor * _law_prediction(fit_x, fit_lat, x[i], closed):
                 kept[i] = False
-        flags[sweep.index[order][~kept]] = True
-    return flags
+        flags[order[~kept]] = True
+    return pd.Series(flags, index=df.index)
 
 
 def validate_sweeps(

@@ -252,6 +252,7 @@ def test_cli_fit_prints_table_and_strict_fails_on_unhealthy(tmp_path, capsys):
     assert main([*args, "--strict"]) == 1  # 20 draws cannot reach bulk ESS 400
 
 
+@pytest.mark.slow
 def test_real_b200_sd_fit_is_healthy_and_covers_the_unsaturated_points():
     """The real B200 sweeps (closed loop; dense, MTP k = 2 and DSpark k = 7 with measured
     acceptance lengths) at the defaults: each drafter is swept at one draft length, so no

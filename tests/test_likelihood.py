@@ -396,6 +396,7 @@ def _exact_law_latency(lm, point):
     return forward_numpy(coef, r, r["alpha"], moe=True)[0]
 
 
+@pytest.mark.slow
 def test_moe_sampling_model_equals_the_graph_model():
     """The moe sampling model (compiled fixed point) has the graph model's density and
     gradient: open-loop sweeps up to 93 % of saturation and closed-loop sweeps in one design,

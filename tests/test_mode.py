@@ -78,6 +78,7 @@ def test_whitened_coordinates_have_unit_curvature_at_the_mode(searched):
     assert np.median(np.abs(c_ls - 1.0)) > 0.3
 
 
+@pytest.mark.slow
 def test_nutpie_density_serves_every_whitening_of_one_compile(searched):
     """Compiled once from the least-squares model, nutpie's density evaluates the
     mode-whitened model after ``use`` (its whitening enters as shared data): the same log
@@ -122,6 +123,7 @@ def test_nutpie_density_serves_every_whitening_of_one_compile(searched):
     )
 
 
+@pytest.mark.slow
 def test_cli_fit_with_start_mode_records_the_search(tmp_path, capsys):
     from specbayes.cli import main
     from specbayes.fit import load_fit
@@ -147,6 +149,7 @@ def test_start_setting_defaults_to_auto_and_rejects_others():
         _merge_config({"start": "median"})
 
 
+@pytest.mark.slow
 def test_auto_start_resolves_by_row_count(monkeypatch):
     """``start="auto"`` takes the least-squares start below MODE_START_ROWS fitted rows and
     the mode from there on, and records which one it took."""
@@ -163,6 +166,7 @@ def test_auto_start_resolves_by_row_count(monkeypatch):
     assert large.config["mode_search"]["rounds"]
 
 
+@pytest.mark.slow
 def test_auto_start_takes_the_mode_for_the_moe_level():
     """The moe level starts at the mode whatever its size (MODE_START_LEVELS)."""
     import specbayes.fit as fit_module

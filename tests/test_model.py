@@ -360,6 +360,7 @@ def test_draw_pair_deviates_the_total_by_its_scale_and_the_split_by_the_share_sd
     assert np.std(dev, axis=0) == pytest.approx([0.05, 0.05], rel=0.03)
 
 
+@pytest.mark.slow
 def test_cell_slopes_vary_by_verifier_and_gpu_and_the_mode_finds_them():
     """Each verifier and GPU has its own cell slope (zero-sum effects on the common one)."""
     import pymc as pm
@@ -391,6 +392,7 @@ def test_cell_slopes_vary_by_verifier_and_gpu_and_the_mode_finds_them():
             np.testing.assert_allclose(est[j, order], true - true.mean(), atol=0.05)
 
 
+@pytest.mark.slow
 def test_batch_curvature_knees_are_recovered_by_the_reference_and_the_mode():
     """Sweeps with a convex step cost (knees 1000 / 150 requests, off the prior medians):
     the least-squares reference and the posterior mode find both knees, and at the most
