@@ -12,8 +12,9 @@ k = 3, constant rate 1..4 req/s) is not in the repository; the facts quoted in i
 p50 3.33 / 3.92 s at 1 / 2 req/s, acceptance length 2.2-2.7, the real speedup losing about a fifth
 from 1 to 4 req/s) are checked against the simulation at alpha 0.6 and 0.75.
 
-Run: ``.venv/bin/python benchmarks/sim_realism.py [--write]`` (``--write`` rewrites
-``benchmarks/sim_realism.md``).
+Run: ``.venv/bin/python benchmarks/sim_realism.py [--write] [--demo-dir DIR]`` (``--write``
+rewrites ``benchmarks/sim_realism.md``; ``--demo-dir``: a ``specbayes demo`` report folder,
+default ``specbayes-demo``).
 """
 
 from __future__ import annotations
@@ -235,6 +236,23 @@ def _paper_section(r: pd.DataFrame | None) -> list[str]:
     return [*lines, "C1R / C2R per configuration:", "", _md_table(table, {"alpha": ".2f"})]
 
 
+def _demo_section(folder: Path) -> list[str]:
+    """The planned arm's speedup vs load and break-even from a ``specbayes demo`` report."""
+    head, curve = folder / "headline.json", folder / "speedup.csv"
+    if not (head.exists() and curve.exists()):
+        return [f"(no demo report in `{folder}`: run `specbayes demo --out {folder}` first)"]
+    h = json.loads(head.read_text())
+    d = pd.read_csv(curve)
+    lines = [f"Planned arm: {h['arm']}, {h['hardware']}, workload {h['workload']['cell']}.", ""]
+    for cfg, g in d.groupby("config"):
+        g = g[g["median"] > 0]
+        pts = " · ".join(
+            f"{r:.0f}: {m:.2f}" for r, m in zip(g.rps.iloc[::4], g["median"].iloc[::4], strict=True)
+        )
+        lines.append(f"* speedup (median) by req/s, {cfg}: {pts}")
+    return [*lines, "", *(f"* {line}" for line in h["lines"])]
+
+
 def _md_table(df: pd.DataFrame, fmt: dict[str, str]) -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -248,7 +266,7 @@ def _md_table(df: pd.DataFrame, fmt: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def report(seed: int = 0) -> tuple[str, dict]:
+def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str, dict]:
     t0 = time.perf_counter()
     df = simulate_real(seed=seed)
     sp = speedups(df)
@@ -295,7 +313,8 @@ def report(seed: int = 0) -> tuple[str, dict]:
         "",
         f"Recorded {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.machine()}, "
         f"code at `{rev}` + working tree, seed {seed}, wall {wall:.0f} s. "
-        "Command: `.venv/bin/python benchmarks/sim_realism.py --write`.",
+        "Command: `.venv/bin/python benchmarks/sim_realism.py --write"
+        + (f" --demo-dir {demo_dir}`." if demo_dir != ROOT / "specbayes-demo" else "`."),
         "",
         "Engine settings (`specbayes.sim.EngineConfig` defaults): "
         f"step overhead {e.step_overhead_s * 1e3:.2f} ms, "
@@ -366,7 +385,14 @@ def report(seed: int = 0) -> tuple[str, dict]:
         "",
         *_paper_section(paper_cell_ratios()),
         "",
-        "## 4. Ablation: each calibrated choice undone alone",
+        "## 4. The demo (`specbayes demo`, what `make demo` runs)",
+        "",
+        f"From the report in `{demo_dir}` (`.venv/bin/specbayes demo --out {demo_dir}`; the "
+        "sd fit of `data/demo.parquet`, posterior medians):",
+        "",
+        *_demo_section(demo_dir),
+        "",
+        "## 5. Ablation: each calibrated choice undone alone",
         "",
         _md_table(abl, {}),
         "",
@@ -392,12 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="rewrite benchmarks/sim_realism.md")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--demo-dir", type=Path, default=ROOT / "specbayes-demo")
     ap.add_argument("--summary", help=argparse.SUPPRESS)  # JSON engine kwargs: one summary line
     args = ap.parse_args(argv)
     if args.summary is not None:
         print(json.dumps(summary(EngineConfig(**json.loads(args.summary)), args.seed)))
         return 0
-    text, _ = report(args.seed)
+    text, _ = report(args.seed, args.demo_dir)
     print(text)
     if args.write:
         OUT.write_text(text)
