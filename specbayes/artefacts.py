@@ -1,6 +1,8 @@
 """Writing artefacts safely: strict JSON and output folders that appear whole or not at all.
 
-Every JSON file the package writes goes through :func:`dumps`: ``NaN`` and ``±Infinity`` are
+The fit artefact follows ArviZ's conventions (:func:`split_internal`,
+:func:`rename_sample_stats`, :func:`add_natural_scale`, :func:`stamp_groups`). Every JSON file
+the package writes goes through :func:`dumps`: ``NaN`` and ``±Infinity`` are
 not JSON (``JSON.parse`` rejects them), so non-finite numbers become ``null`` and the
 document says what ``null`` means. Output folders are written through :func:`staged_dir`:
 files are written into a hidden sibling folder and moved into place only when everything
@@ -19,8 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xarray as xr
 
-__all__ = ["NULL_MEANS", "check_out_dir", "dumps", "jsonable", "staged_dir"]
+__all__ = [
+    "NULL_MEANS",
+    "SAMPLE_STATS_NAMES",
+    "add_natural_scale",
+    "check_out_dir",
+    "dumps",
+    "jsonable",
+    "rename_sample_stats",
+    "split_internal",
+    "staged_dir",
+    "stamp_groups",
+]
 
 #: What ``null`` stands for in the JSON the package writes (written into each document).
 NULL_MEANS = (
@@ -106,3 +120,77 @@ def staged_dir(out: str | Path) -> Iterator[Path]:
             item.replace(target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- the fit artefact's ArviZ conventions ---------------------------------------------------
+
+#: nutpie's sample_stats names -> ArviZ's (``arviz.InferenceData`` schema).
+SAMPLE_STATS_NAMES = {
+    "depth": "tree_depth",
+    "mean_tree_accept": "acceptance_rate",
+    "maxdepth_reached": "reached_max_treedepth",
+    "logp": "lp",
+}
+
+
+def _internal_names(post: xr.Dataset) -> list[str]:
+    """Sampler coordinates, not quantities a user reads: transformed values (``*__``) and the
+    whitened ``z`` (the model's unconstrained, whitened parameter vector)."""
+    return [v for v in post.data_vars if v.endswith("__") or v == "z"]
+
+
+def split_internal(idata) -> dict[str, xr.Dataset]:
+    """Move the internal variables out of ``posterior`` into ``unconstrained_posterior``."""
+    post = idata.posterior
+    names = _internal_names(post)
+    if not names:
+        return {}
+    internal = post[names]
+    if "z" in internal and "param" in internal.dims:
+        internal = internal.rename({"param": "z_param"})
+    idata.posterior = post.drop_vars(names)
+    return {"unconstrained_posterior": internal}
+
+
+def rename_sample_stats(idata) -> None:
+    """nutpie's sample_stats names -> ArviZ's (:data:`SAMPLE_STATS_NAMES`)."""
+    if "sample_stats" not in idata.groups():
+        return
+    stats = idata.sample_stats
+    names = {a: b for a, b in SAMPLE_STATS_NAMES.items() if a in stats and b not in stats}
+    if names:
+        idata.sample_stats = stats.rename(names)
+
+
+def add_natural_scale(idata) -> None:
+    """Add the unit coefficients (s) and knee batches (requests) on their natural scale."""
+    post = idata.posterior
+    pairs = {
+        "coef_unit": "log_coef",
+        "coef_draft_unit": "log_coef_draft",
+        "knee_verifier": "log_knee_verifier",
+        "knee_drafter": "log_knee_drafter",
+    }
+    new = {n: np.exp(post[log]) for n, log in pairs.items() if log in post and n not in post}
+    if new:
+        idata.posterior = post.assign(new)
+
+
+def stamp_groups(idata, sampler: str, arviz_version: str, specbayes_version: str) -> None:
+    """``created_at``, ``inference_library`` and versions on every group (ArviZ convention)."""
+    import datetime
+
+    created = datetime.datetime.now(datetime.UTC).isoformat()
+    try:
+        from importlib.metadata import version
+
+        library_version = version(sampler if sampler != "numpyro" else "numpyro")
+    except Exception:  # the sampler's version is informative, not required
+        library_version = "unknown"
+    for name in idata.groups():
+        ds = idata[name]
+        ds.attrs.setdefault("created_at", created)
+        ds.attrs["inference_library"] = sampler
+        ds.attrs["inference_library_version"] = library_version
+        ds.attrs["arviz_version"] = arviz_version
+        ds.attrs["specbayes_version"] = specbayes_version

@@ -63,6 +63,12 @@ import pandas as pd
 import xarray as xr
 
 from specbayes import __version__
+from specbayes.artefacts import (
+    add_natural_scale,
+    rename_sample_stats,
+    split_internal,
+    stamp_groups,
+)
 from specbayes.data import SweepTable, cell_label, validate_sweeps
 from specbayes.mode import NutpieDensity, mode_start
 from specbayes.model import (
@@ -463,15 +469,15 @@ class Fit:
         for name in groups:
             if name in self.idata.groups():
                 del self.idata[name]
-        groups.update(_split_internal(self.idata))
+        groups.update(split_internal(self.idata))
         import warnings
 
         with warnings.catch_warnings():
             # 'excluded_data' is a custom group (ArviZ warns once about any such group)
             warnings.filterwarnings("ignore", message=".*excluded_data.*", category=UserWarning)
             self.idata.add_groups(groups)
-        _rename_sample_stats(self.idata)
-        _natural_scale(self.idata)
+        rename_sample_stats(self.idata)
+        add_natural_scale(self.idata)
         self.idata.attrs.update(
             {
                 "model": self.model_name,
@@ -481,7 +487,7 @@ class Fit:
                 "alpha_inferred": int(self.alpha_inferred),
             }
         )
-        _stamp_groups(self.idata, cfg.get("sampler", "nutpie"), az.__version__)
+        stamp_groups(self.idata, cfg.get("sampler", "nutpie"), az.__version__, __version__)
 
     # -- coefficients -----------------------------------------------------------------------
     def _fitted_mu_sigma(self, stacked: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -956,78 +962,6 @@ class Fit:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.idata.to_netcdf(str(path), engine="h5netcdf")
         return path
-
-
-#: nutpie's sample_stats names -> ArviZ's (``arviz.InferenceData`` schema).
-SAMPLE_STATS_NAMES = {
-    "depth": "tree_depth",
-    "mean_tree_accept": "acceptance_rate",
-    "maxdepth_reached": "reached_max_treedepth",
-    "logp": "lp",
-}
-
-
-def _internal_names(post: xr.Dataset) -> list[str]:
-    """Sampler coordinates, not quantities a user reads: transformed values (``*__``) and the
-    whitened ``z`` (the model's unconstrained, whitened parameter vector)."""
-    return [v for v in post.data_vars if v.endswith("__") or v == "z"]
-
-
-def _split_internal(idata) -> dict[str, xr.Dataset]:
-    """Move the internal variables out of ``posterior`` into ``unconstrained_posterior``."""
-    post = idata.posterior
-    names = _internal_names(post)
-    if not names:
-        return {}
-    internal = post[names]
-    if "z" in internal and "param" in internal.dims:
-        internal = internal.rename({"param": "z_param"})
-    idata.posterior = post.drop_vars(names)
-    return {"unconstrained_posterior": internal}
-
-
-def _rename_sample_stats(idata) -> None:
-    """nutpie's sample_stats names -> ArviZ's (:data:`SAMPLE_STATS_NAMES`)."""
-    if "sample_stats" not in idata.groups():
-        return
-    stats = idata.sample_stats
-    names = {a: b for a, b in SAMPLE_STATS_NAMES.items() if a in stats and b not in stats}
-    if names:
-        idata.sample_stats = stats.rename(names)
-
-
-def _natural_scale(idata) -> None:
-    """Add the unit coefficients (s) and knee batches (requests) on their natural scale."""
-    post = idata.posterior
-    pairs = {
-        "coef_unit": "log_coef",
-        "coef_draft_unit": "log_coef_draft",
-        "knee_verifier": "log_knee_verifier",
-        "knee_drafter": "log_knee_drafter",
-    }
-    new = {n: np.exp(post[log]) for n, log in pairs.items() if log in post and n not in post}
-    if new:
-        idata.posterior = post.assign(new)
-
-
-def _stamp_groups(idata, sampler: str, arviz_version: str) -> None:
-    """``created_at``, ``inference_library`` and versions on every group (ArviZ convention)."""
-    import datetime
-
-    created = datetime.datetime.now(datetime.UTC).isoformat()
-    try:
-        from importlib.metadata import version
-
-        library_version = version(sampler if sampler != "numpyro" else "numpyro")
-    except Exception:  # the sampler's version is informative, not required
-        library_version = "unknown"
-    for name in idata.groups():
-        ds = idata[name]
-        ds.attrs.setdefault("created_at", created)
-        ds.attrs["inference_library"] = sampler
-        ds.attrs["inference_library_version"] = library_version
-        ds.attrs["arviz_version"] = arviz_version
-        ds.attrs["specbayes_version"] = __version__
 
 
 def _strict_json(obj: Any) -> str:
