@@ -31,9 +31,11 @@ Pooled structure (coefficients shared across sweeps)
     ``tau``
         HalfNormal scale of a sweep's deviation from the cycle decomposition.
     ``cell_coefs``
-        Coefficients with a per-cell deviation; ``c1p`` is left out by default: it is a
-        small part of :math:`C_1` (one prefill against g verifier passes), so a cell's rows
-        do not pin it and a deviation there is a prior-only funnel.
+        Coefficients with a per-cell deviation beyond their trend; default the KV-bound
+        ``c2v``, ``c2d``. Measured on the demo (seed 1): with a deviation for ``c1p`` too,
+        11 divergences (``c1p`` is a small part of :math:`C_1`, a cell's rows do not pin it);
+        without ``c1p``, 9; without ``c1p, c1v, c1d``, still a ``c2p`` funnel; with
+        ``c2v, c2d`` only, 2 (benchmarks/model_core.md).
     ``centred_cells``
         Sample the cells' log coefficients themselves (``True``: the data pin each cell's
         coefficients, so the non-centred form is a funnel in ``cell_sd``) or their
@@ -81,7 +83,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     # parametrisation (a transform of the same model, not a different one)
     "centred_cells": True,
     # coefficients with a per-cell deviation (the others follow their group and trend)
-    "cell_coefs": ("c1v", "c1d", "c2p", "c2v", "c2d"),
+    "cell_coefs": ("c2v", "c2d"),
 }
 
 
