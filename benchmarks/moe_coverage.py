@@ -1,6 +1,6 @@
 """MoE coverage correction: held-out R² of the ``moe`` vs the ``sd`` model on MoE verifiers.
 
-The paper's claim (DESIGN §1.5): on MoE verifiers the coverage-corrected model raises
+The paper's claim (docs/model.md §5): on MoE verifiers the coverage-corrected model raises
 held-out R² at low load from 0.83–0.91 to 0.97–0.99. Both models are fitted by
 :func:`specbayes.validate.leave_n_out` on the *same* folds (same seed), and R² is computed on
 the held-out rows overall and at **low load: rows whose rps ≤ 30 % of the highest measured

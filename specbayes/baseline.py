@@ -7,7 +7,7 @@ Three levels, as in Kong et al. (2026) §2.5 and Fig. 7:
 2. :func:`fit_cycle_coefficients` — per (verifier, drafter, hardware, cell), the six cycle
    coefficients jointly over every (alpha, k) row (:func:`laws.effective_costs`), and the
    cell's dense costs :math:`(C_1, C_2)` (columns ``C1, C2``);
-3. :func:`fit_trends` / :func:`predict_trends` — trends across cells (DESIGN.md §1.6), which
+3. :func:`fit_trends` / :func:`predict_trends` — trends across cells (docs/model.md §6), which
    predict cells that were never fitted — the paper's leave-n-out. Each
    (verifier, drafter, hardware) group gets one of two forms, chosen automatically:
 
@@ -187,7 +187,7 @@ def _fit_one_cell(rows: pd.DataFrame) -> dict:
     lat = rows["latency"].to_numpy(float)
     has_sd = bool((rows["k"] > 0).any())
     # dense-only cell: (C1, C2) of all its rows jointly (open and closed loop share them,
-    # DESIGN §1.1) — the only dense quantities a dense-only cell identifies
+    # docs/model.md §1) — the only dense quantities a dense-only cell identifies
     agg = {} if has_sd else _fit_one_config(rows)
     costs = dict(
         sd=has_sd,

@@ -1,4 +1,4 @@
-r"""The formulas of the latency model — one definition each (DESIGN.md §1).
+r"""The formulas of the latency model — one definition each (docs/model.md §1–6).
 
 Every function here is a plain, vectorised array function: arguments broadcast against each
 other (posterior draws × grids), nothing is looped in Python, and no function warns on the
@@ -410,7 +410,7 @@ def closed_loop_latency(concurrency: Any, c1: Any, c2: Any, c3: Any = 0.0) -> An
     .. math::  L(N) = C_1 + N C_2 + N^2 C_3
 
     The same :math:`C_1, C_2` (and batch curvature :math:`C_3`) as :func:`latency`: with a
-    fixed concurrency the batch is :math:`B = N` directly (DESIGN.md §1.1).
+    fixed concurrency the batch is :math:`B = N` directly (docs/model.md §1).
 
     Parameters
     ----------
@@ -875,7 +875,7 @@ def routed_tokens(rps: Any, latency_s: Any, k: Any) -> Any:
     r"""Routed tokens per step of a batch at load λ: :math:`T = \lambda L\,(k + 1)`.
 
     :math:`\lambda L` is the mean batch (Little's law); each running sequence sends one token
-    through the experts per dense step and ``k + 1`` per verification step. DESIGN.md §1.5
+    through the experts per dense step and ``k + 1`` per verification step. docs/model.md §5
     writes :math:`T \approx \lambda L k` for SD; ``k + 1`` is the exact token count of a
     verifier pass and makes one formula serve dense (``k = 0`` → ``T = λL``) and SD.
 

@@ -1,4 +1,4 @@
-r"""Hierarchical PyMC models of the latency law: ``dense``, ``sd`` and ``moe`` (DESIGN.md §1–2).
+r"""Hierarchical PyMC models of the latency law: ``dense``, ``sd`` and ``moe`` (docs/model.md §1–7).
 
 The three levels share one machinery; they differ only in the coefficients they carry:
 
@@ -12,7 +12,7 @@ Mean latency of a row (all formulas from :mod:`specbayes.laws`)
 ----------------------------------------------------------------
 With :math:`w = g / E(\alpha, k)` verifier passes per request and :math:`a_p = p / \bar p_u`
 (the row's prompt length relative to its unit's mean — prefill costs are linear in prefill,
-DESIGN §1.6):
+docs/model.md §6):
 
 .. math::
 
@@ -20,7 +20,7 @@ DESIGN §1.6):
     C_2 = a_p c_{2p} + w\,(c_{2v} + k\,c_{2d}) \;[+\,\varphi(T)\,w\,c_{2s}]
 
 Open-loop rows (rate λ): :math:`\mu = C_1/(1 - \lambda C_2)`; closed-loop rows (N streams):
-:math:`\mu = C_1 + N C_2` — the same coefficients (DESIGN §1.1) — each with the batch
+:math:`\mu = C_1 + N C_2` — the same coefficients (docs/model.md §1) — each with the batch
 curvature below. For ``moe``,
 :math:`\varphi(T) = 1 - (1 - m/M)^T` with :math:`T = \lambda\mu(k+1)` taken from the model's
 own latency: :func:`specbayes.laws.moe_latency_implicit` finds the least fixed point inside
@@ -101,7 +101,7 @@ A *unit* is one (verifier, hardware, cell) for the verifier coefficients and one
   is learned (HalfNormal) from ≥ 5 levels, fixed at the prior scale below that (a handful of
   levels cannot inform a scale, and a learned one would put a funnel in the posterior).
 * :math:`h` — hardware effect, the same rules.
-* :math:`t_j` — cell trend covariate (DESIGN §1.6), centred over the data's units:
+* :math:`t_j` — cell trend covariate (docs/model.md §6), centred over the data's units:
   ``log p`` for ``c1p, c2p``; ``log(p + g/2)`` (time-averaged KV) for ``c1v, c2v, c2d``;
   none for ``c1d, c1s, c2s``. The slope :math:`b_j` is free when the covariate takes ≥ 3
   distinct values, else fixed at its prior mean (e.g. 1 for ``c2v``: linear in KV size).

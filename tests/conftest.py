@@ -15,8 +15,29 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
+#: Modules whose tests share the session's fits (:mod:`tiny_fit`, test_fit's sd fit): under
+#: pytest-xdist (``make test`` runs ``-n 2``) they go to one worker, which builds each fit
+#: once; every other module goes whole to whichever worker is free (its module fixtures are
+#: built once too).
+FIT_MODULES = ("test_cli_errors.py", "test_fit.py", "test_notebooks.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduler with the fit-sharing modules as one scope (``--dist
+    loadgroup`` would do this, but does not group tests under pytest 9)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FitsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "fits" if module.endswith(FIT_MODULES) else module
+
+    return FitsTogether(config, log)
+
+
 COEF_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
-#: Coefficients reproducing the reading note's worked example (§9: 1024/1024, dense
+#: Coefficients reproducing the worked example of docs/model.md §4 (1024/1024, dense
 #: C1 = 1.20 s, C2 = 0.0696 s; alpha = 0.75, k = 6: C1 = 0.78 s, C2 = 0.085 s).
 TRUE_COEFS = dict(c1p=0.05, c1v=1.123e-3, c1d=2.25e-4, c2p=2.0e-3, c2v=6.6e-5, c2d=3.58e-5)
 

@@ -14,7 +14,7 @@ CELLS = [(p, g) for p in (256, 1024) for g in (256, 1024)]
 
 
 def cell_coefs(p: float, g: float) -> dict:
-    """Coefficients following DESIGN §1.6 trends: c*p ~ prefill, c*v ~ p + g/2."""
+    """Coefficients following docs/model.md §6 trends: c*p ~ prefill, c*v ~ p + g/2."""
     c = dict(TRUE_COEFS)
     c["c1p"] = 5e-5 * p
     c["c2p"] = 2e-6 * p
@@ -99,7 +99,7 @@ def test_measured_alpha_sweeps_are_fitted_as_one_configuration():
 # --- dense-only data: trends of the identified aggregates C1, C2 ------------------------------
 
 GRID = (256, 512, 768, 1024)
-#: Dense trend terms (a, b, c, d) of C_j = a + b p + c g + d g (p + g/2), from DESIGN §1.6
+#: Dense trend terms (a, b, c, d) of C_j = a + b p + c g + d g (p + g/2), from docs/model.md §6
 #: trend forms c_jp = a + b p, c_jv = c + d (p + g/2).
 DENSE_TRUTH = dict(C1=(0.02, 4e-5, 8e-3, 2e-6), C2=(1e-3, 1.5e-6, 3e-5, 4e-8))
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from tiny_fit import tiny_fit_run
 
 from specbayes import laws
 from specbayes.data import validate_sweeps
@@ -29,7 +30,11 @@ def sim():
 
 @pytest.fixture(scope="module")
 def sd_fit(sim) -> Fit:
+    """The default tier's one real sd fit (default sampler settings), with three rows
+    flagged saturated so that the excluded-rows path is exercised by the same fit."""
     df, _ = sim
+    df = df.assign(saturated=False)
+    df.loc[df.index[:3], "saturated"] = True
     return fit(df, model="sd", sampler_config={"seed": SEED}, progress=False)
 
 
@@ -208,48 +213,21 @@ def test_numpyro_absent_is_a_clear_error():
         fit(df, model="sd", sampler_config={"sampler": "numpyro"})
 
 
-def test_excluded_rows_are_kept_with_reasons(tmp_path):
-    df, _ = simulate_sweeps(seed=6)
-    df["saturated"] = False
-    df.loc[df.index[:3], "saturated"] = True
-    table = validate_sweeps(df)
-    f = fit(
-        table, model="sd", sampler_config={"draws": 30, "tune": 30, "chains": 2}, progress=False
-    )
-    assert len(f.excluded) == 3 and f.excluded["reason"].str.contains("saturated").all()
-    back = load_fit(f.save(tmp_path / "f.nc"))
+def test_excluded_rows_are_kept_with_reasons(sd_fit, tmp_path):
+    assert len(sd_fit.excluded) == 3 and sd_fit.excluded["reason"].str.contains("saturated").all()
+    back = load_fit(sd_fit.save(tmp_path / "f.nc"))
     assert len(back.excluded) == 3 and (back.excluded["reason"] != "").all()
 
 
-def test_cli_fit_prints_table_and_strict_fails_on_unhealthy(tmp_path, capsys):
-    from specbayes.cli import main
-
-    df, _ = simulate_sweeps(seed=7)
-    path = tmp_path / "sweeps.csv"
-    df.to_csv(path, index=False)
-    out = tmp_path / "fit.nc"
-    args = [
-        "fit",
-        str(path),
-        "--model",
-        "sd",
-        "--out",
-        str(out),
-        "--draws",
-        "20",
-        "--tune",
-        "20",
-        "--chains",
-        "2",
-        "--quiet",
-    ]
-    assert main(args) == 0
-    text = capsys.readouterr().out
+def test_cli_fit_prints_table_and_strict_fails_on_unhealthy():
+    """``specbayes fit --strict`` on 2 chains x 20 draws (the session's tiny fit, made by the
+    command): the health table is printed, the fit is saved, and the exit code is 1."""
+    out, code, text = tiny_fit_run()
+    assert code == 1  # 20 draws cannot reach bulk ESS 400
     for word in ("divergences", "max R-hat", "min bulk ESS", "min tail ESS", "wall time"):
         assert word in text
     assert "sampler nutpie: 2 chains x 20 draws (20 tune), target_accept 0.98" in text
-    assert out.exists()
-    assert main([*args, "--strict"]) == 1  # 20 draws cannot reach bulk ESS 400
+    assert out.exists()  # written before the health verdict
 
 
 @pytest.mark.slow

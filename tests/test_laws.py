@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from specbayes import laws
 
-# The worked example of the reading note (§9.1–9.2): dense and configuration A.
+# The worked example of docs/model.md §4: dense and configuration A.
 C1_DENSE, C2_DENSE = 1.20, 0.07
 C1_A, C2_A = 0.78, 0.085
 
@@ -463,7 +463,7 @@ def test_curved_latency_satisfies_littles_law_with_a_quadratic_step_cost(rps, c1
         batch = rps * lat
         assert lat == pytest.approx(c1 + batch * c2 + batch**2 * c3, rel=1e-9)
         assert lat >= laws.latency(rps, c1, c2) * (1 - 1e-12)  # curvature only adds
-        # the closed loop at the same batch is the same law (DESIGN §1.1)
+        # the closed loop at the same batch is the same law (docs/model.md §1)
         assert laws.closed_loop_latency(batch, c1, c2, c3) == pytest.approx(lat, rel=1e-9)
 
 

@@ -6,6 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
+from specbayes.commands import positive_int
+
 DEFAULT_OUT = Path("specbayes-demo")
 
 # The configuration the demo plans for. Chosen by the simulator's mechanics (issue 31): SD's
@@ -32,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--seed", type=int, default=20261129)
-    p.add_argument("--draws", type=int, default=None, help="posterior draws per chain")
+    p.add_argument("--draws", type=positive_int, default=None, help="posterior draws per chain")
     p.set_defaults(func=run)
 
 
@@ -53,18 +55,20 @@ def demo_data(seed: int):
 
 
 def run(args: argparse.Namespace) -> int:
+    from specbayes.artefacts import check_out_dir
+    from specbayes.commands.fit import save_atomically
     from specbayes.fit import fit
     from specbayes.report import resolve_arm, write_report
 
     t0 = time.perf_counter()
+    check_out_dir(args.out)  # before minutes of sampling, not after
     sweeps = demo_data(args.seed)
     print(f"[2/3] fitting the sd model to {len(sweeps)} sweep points …")
     config = {"seed": args.seed}
     if args.draws:
         config["draws"] = args.draws
     result = fit(sweeps, model="sd", sampler_config=config, progress=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    result.save(args.out / "fit.nc")
+    save_atomically(result, args.out / "fit.nc")
     health = result.summary()
     verdict = "healthy" if health["healthy"] else "NOT HEALTHY — do not trust the answers below"
     print(

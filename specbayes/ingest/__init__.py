@@ -1,5 +1,5 @@
 """Readers of real measurements: GuideLLM reports, ``vllm bench serve`` results, SGLang
-``bench_serving`` lines and plain sweep tables, all into the sweep table of DESIGN.md §3.
+``bench_serving`` lines and plain sweep tables, all into the sweep table of docs/model.md §9.
 
 >>> from specbayes.ingest import ingest_files
 >>> df = ingest_files(["benchmarks.json"], hardware="H100-SXM")  # doctest: +SKIP

@@ -129,7 +129,7 @@ def _table_rows(df: pd.DataFrame, path: str) -> tuple[list[dict], dict]:
     if missing:
         raise IngestError(
             path,
-            "a CSV/parquet file must be a sweep table (DESIGN.md §3) or a GuideLLM CSV; "
+            "a CSV/parquet file must be a sweep table (docs/model.md §9) or a GuideLLM CSV; "
             f"missing column(s) {', '.join(missing)}",
             missing[0],
         )

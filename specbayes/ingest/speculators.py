@@ -207,7 +207,7 @@ def fit_closed_loop(
 ) -> pd.DataFrame:
     """Least-squares fit of ``L = C1 + N·C2`` to each closed-loop sweep (no Bayes here).
 
-    A quick check that closed-loop data follow the latency law of DESIGN.md §1.1, and a
+    A quick check that closed-loop data follow the latency law of docs/model.md §1, and a
     baseline for the Bayesian fits.
 
     Parameters
