@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -n 2 --durations=15
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -219,5 +219,7 @@ def test_growth_rule_flat_low_load_stretch_is_not_a_knee():
         )
     )
     assert data.validate_sweeps(df).excluded.empty
+    df.loc[7, "latency"] = 1.5 * (3.3 + 0.08 * 128)  # above the line, under the growth factor 2
+    assert data.validate_sweeps(df).excluded.empty
     df.loc[7, "latency"] = 60.0  # a real knee: 4x the line
     assert list(data.validate_sweeps(df).excluded.index) == [7]

@@ -52,6 +52,11 @@ def test_break_even_draws_and_probabilities(draws_fit):
     np.testing.assert_allclose(
         table["rps_star_median"], np.nanquantile(star, 0.5, axis=0, method="inverted_cdf")
     )
+    # the crossing in units of the dense load, r* = RPS* C2,dense, draw by draw
+    r_star = star * c2d[:, None]
+    np.testing.assert_allclose(
+        table["r_star_median"], np.nanquantile(r_star, 0.5, axis=0, method="inverted_cdf")
+    )
     probs = table[["p_wins_then_loses", "p_loses_then_wins", "p_always_wins", "p_never_wins"]]
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-12)
     # speedup is exactly 1 at each draw's break-even rate
