@@ -1547,6 +1547,25 @@ def least_squares_reference(design: Design, priors: dict | None = None) -> Param
     return whitening(design, theta, row_scale, sigma_hat, gamma_hat, knees, priors)
 
 
+def _covariance_root(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(H^{-1}, L)`` with :math:`L L^\top = H^{-1}` for a block precision ``H``.
+
+    ``L`` is the Cholesky factor where the inverse factors; a block whose precision spans
+    more orders of magnitude than the inverse keeps positive definite in floating point (the
+    tight per-sweep fits of the rebuilt paper data, at the mode) takes the symmetric root
+    from the eigenvalues of ``H`` instead — any root gives the same Gaussian whitening.
+    """
+    cov = np.linalg.inv(h)
+    cov = 0.5 * (cov + cov.T)
+    try:
+        return cov, np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        evals, evecs = np.linalg.eigh(0.5 * (h + h.T))
+        evals = np.maximum(evals, evals.max() * np.finfo(float).eps)
+        cov = (evecs / evals) @ evecs.T
+        return cov, (evecs / np.sqrt(evals)) @ evecs.T
+
+
 def whitening(
     design: Design,
     theta: np.ndarray,
@@ -1629,9 +1648,7 @@ def whitening(
         else:  # independent priors on the log coefficients, mapped to the pair's axes
             pmat = tmat.T @ np.diag(prec) @ tmat
         h += pmat
-        cov = np.linalg.inv(h)
-        cov = 0.5 * (cov + cov.T)
-        chol = np.linalg.cholesky(cov)
+        cov, chol = _covariance_root(h)
         # the diagonal of the block's data precision (the slot's precision given the rest of
         # its block). Tried: the precision marginal over the block, 1/cov_jj - P_jj — it helped
         # one MoE scale (tau[c2d] ESS 28 -> 64 of 600) but cost the paper dense-verifier fit

@@ -468,3 +468,25 @@ def test_moe_level_refuses_dense_verifiers(sd_data):
     data, _ = sd_data
     with pytest.raises(ValueError, match=r"moe model fits MoE verifiers only; V8B .*model='sd'"):
         build_design(data, "moe")
+
+
+def test_covariance_root_falls_back_to_the_eigen_root_where_cholesky_fails():
+    """A block precision spanning 18 orders of magnitude: the Cholesky factor of its
+    inverse fails in floating point; the root from H's eigenvalues still whitens."""
+    from specbayes.model import _covariance_root
+
+    q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(8, 8)))
+    well = (q * np.logspace(-1, 3, 8)) @ q.T
+    cov, root = _covariance_root(well)
+    np.testing.assert_allclose(root, np.linalg.cholesky(np.linalg.inv(well)))
+    ill = (q * np.logspace(-2, 16, 8)) @ q.T
+    ill = 0.5 * (ill + ill.T)
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(np.linalg.inv(ill))
+    cov, root = _covariance_root(ill)
+    np.testing.assert_allclose(root @ root.T, cov, rtol=1e-9, atol=1e-12 * np.abs(cov).max())
+    assert np.linalg.eigvalsh(cov).min() > 0
+    # along the directions floating point resolves, L whitens H: v' L' H L v = 1
+    evals, evecs = np.linalg.eigh(ill)
+    top = evecs[:, evals > evals.max() * 1e-4]
+    np.testing.assert_allclose(np.diag(top.T @ root.T @ ill @ root @ top), 1.0, rtol=1e-6)
