@@ -36,7 +36,7 @@ from specbayes import laws
 from specbayes.data import SweepTable
 from specbayes.model_next.priors import COEFS, VERIFIER_COEFS
 
-#: Coefficients with a cell trend (DESIGN.md §1.6) and their covariate: prefill tokens ``p``
+#: Coefficients with a cell trend (docs/model.md §6) and their covariate: prefill tokens ``p``
 #: or the time-averaged KV size ``p + g/2``; a log-log slope of 1 is "linear in".
 TRENDED = {"c1p": "prefill", "c2p": "prefill", "c2v": "kv", "c2d": "kv"}
 

@@ -1,4 +1,4 @@
-r"""Prior configuration of the model: data, not code (DESIGN.md §5).
+r"""Prior configuration of the model: data, not code (as in pymc-marketing's model configs).
 
 Every entry is a plain dict of distribution parameters; :func:`merge_priors` overlays a
 user's dict on :data:`DEFAULT_PRIORS`. Scales are on the log scale of seconds unless said.
