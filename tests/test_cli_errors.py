@@ -127,6 +127,7 @@ CASES = [
     ("plan-alpha", "plan fit.nc --alpha 1.5", "--alpha", []),
     ("plan-alpha-text", "plan fit.nc --alpha high", "--alpha", []),
     ("plan-k-zero", "plan fit.nc --k 0", "--k 0", []),
+    ("report-k-zero", "report fit.nc --k 0 --out r", "--k 0", ["r"]),
     ("plan-k-negative", "plan fit.nc --k -2", "--k", []),
     ("plan-prob", "plan fit.nc --slo 5 --prob 90", "--prob", []),
     ("plan-rps", "plan fit.nc --rps 1,two,3", "--rps", []),

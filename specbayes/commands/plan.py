@@ -161,6 +161,8 @@ def _arm(fit, args):
 
     names = ("verifier", "hardware", "drafter", "cell", "prefill", "decode", "alpha", "k")
     arm = resolve_arm(fit, **{n: getattr(args, n) for n in names})
+    if arm.k == 0:  # plan and report compare an SD arm with dense
+        raise ValueError("--k 0: the planner compares an SD arm with dense — give --k 1 or more")
     if arm.k > 0 and arm.alpha is None and not getattr(fit, "alpha_inferred", False):
         raise ValueError("--alpha: the fit did not infer alpha for this arm — give --alpha")
     return arm
@@ -261,8 +263,6 @@ def run_plan(args: argparse.Namespace) -> int:
         check_out_dir(args.out)
     fit = load_plannable(args.fit)
     arm = _arm(fit, args)
-    if arm.k == 0:
-        raise ValueError("--k 0: the planner compares an SD arm with dense — give --k 1 or more")
     print(f"plan for {arm.label()} on {arm.hardware}, workload {arm.cell} "
           f"(prefill {arm.prefill:g}, decode {arm.decode:g} tokens)")  # fmt: skip
     tables = _tables(fit, arm, args)
