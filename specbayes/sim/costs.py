@@ -218,7 +218,8 @@ def cost_vector(
     c[OVERLAP] = overlap
     c[LAYERS] = float(geom.layers)
     c[EAGER_LAYER] = eager_layer_s
-    c[GQA_GROUP] = float(geom.q_heads // max(geom.kv_heads, 1))
+    # query heads per KV head on one GPU (KV heads are replicated when tp > kv_heads)
+    c[GQA_GROUP] = max(1.0, (geom.q_heads / tp) / geom.kv_heads_per_gpu(tp))
     c[KV_HEAD_TOKEN] = 2.0 * geom.head_dim * geom.kv_bytes
     c[L2_BYTES] = unpacked_gqa_l2_bytes
     return c

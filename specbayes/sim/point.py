@@ -163,7 +163,7 @@ def make_config(
         raise ValueError(
             f"max_num_batched_tokens ({engine.max_num_batched_tokens}) must be >= k + 1"
         )
-    l2_unpacked = _unpacked_gqa_l2(hw)
+    l2_unpacked = _unpacked_gqa_l2(hw, vmodel)
     vcost = cost_vector(
         vgeom,
         hw,
@@ -233,18 +233,26 @@ def _drafting(dspec) -> tuple[bool, bool]:
     return mode == "parallel", bool(extra.get("cuda_graph", True))
 
 
-def _unpacked_gqa_l2(hw) -> float:
+def _unpacked_gqa_l2(hw, vmodel) -> float:
     """L2 bytes of a GPU whose attention packs GQA only for one-token queries, else 0.
 
     Read from the hardware file's optional ``[sim]`` table: ``attention = "fa2"`` (vLLM runs
     FlashAttention 2 below compute capability 9.0, FlashAttention 3 on Hopper) with
-    ``l2_cache_mib``; see :func:`specbayes.sim.costs.kv_reread_factor`. Default: packed.
+    ``l2_cache_mib``; see :func:`specbayes.sim.costs.kv_reread_factor`. Default: packed. A
+    verifier file's ``[sim] attention = "packed"`` overrides it (a model vLLM serves with
+    another backend there).
     """
     import tomllib
 
+    with vmodel.path.open("rb") as fh:
+        model_kernel = tomllib.load(fh).get("sim", {}).get("attention")
     with hw.path.open("rb") as fh:
         extra = tomllib.load(fh).get("sim", {})
     kernel = extra.get("attention", "packed")
+    if model_kernel == "packed":
+        return 0.0
+    if model_kernel is not None:
+        raise ValueError(f"{vmodel.path}: [sim] attention may only be 'packed'")
     if kernel not in ("packed", "fa2"):
         raise ValueError(f"{hw.path}: [sim] attention must be 'packed' or 'fa2', got {kernel!r}")
     if kernel == "packed":
