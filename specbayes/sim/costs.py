@@ -36,7 +36,11 @@ GEMMs and the attention — where
 * with ``tp > 1`` each layer does two all-reduces of :math:`T h` activations (ring:
   :math:`2(tp-1)/tp` of the bytes over half the NVLink bandwidth, plus a fixed latency);
 * :math:`t_\mathrm{step}` (per pass) and :math:`t_\mathrm{seq}` (per scheduled sequence) are
-  CPU/launch overheads of the engine — assumptions, see :class:`EngineConfig`.
+  CPU/launch overheads of the engine — assumptions, see :class:`EngineConfig`;
+* on GPUs where vLLM runs FlashAttention 2 (the A100), the engine scales the decode KV
+  bytes by :func:`kv_reread_factor` and replaces the decode pairs by
+  :func:`unpacked_decode_pairs` in steps whose longest query is > 1 (speculative
+  verification, prefill chunks): that kernel packs the GQA group only for one-token queries.
 
 The parameters live in a flat float64 vector (indices below) so the numba engine can use
 them; :func:`pass_time` is the one implementation, callable from Python and from the engine.

@@ -24,7 +24,11 @@ accepted drafts, is drawn i.i.d.: draft ``j`` is accepted with probability ``alp
 drafts ``1..j-1`` were (forced acceptance, as the paper forced vLLM's rejection sampler).
 
 Step time = verifier pass (:func:`costs.pass_time` over the scheduled tokens; MoE: distinct
-experts drawn from the routing table for the step's token count), plus the per-layer launch
+experts drawn from the routing table for the step's token count; on a GPU whose attention
+kernel packs the GQA group only for one-token queries — FlashAttention 2, the A100 — a step
+whose longest query is > 1 reads the decode sequences' KV once per query head past the L2
+cache and computes 64-row query tiles, :func:`costs.kv_reread_factor`,
+:func:`costs.unpacked_decode_pairs`), plus the per-layer launch
 cost when the step is larger than the CUDA-graph limit (vLLM: ``max_cudagraph_capture_size``,
 default ``min(2·max_num_seqs·(1 + k), 512)`` tokens; larger steps run without a graph), plus
 the drafter, as vLLM V1 runs it (``vllm/v1/spec_decode/llm_base_proposer.py`` ``propose``,
