@@ -346,10 +346,10 @@ def _cost_arithmetic() -> list[str]:
     a, k = 0.85, 5
     e = float(laws.expected_tokens(a, k))
     lines = [
-        f"Per-sequence step cost (s per decoding sequence, batch 64 -> 128, context 1536, "
-        f"decode-only steps) and what C2R > 1 at alpha {a}, k = {k} (E = {e:.2f}) needs "
-        "(SD's decode part of C2 is g/E times its per-sequence step cost, dense's g times "
-        "its own; the common prefill term only pulls C2R towards 1):",
+        f"Per-sequence step cost (marginal step time per decoding sequence, batch 64 -> 128, "
+        f"context 1536, decode-only steps) and what C2R > 1 at alpha {a}, k = {k} "
+        f"(E = {e:.2f}) needs (SD's decode part of C2 is g/E times its per-sequence step "
+        "cost, dense's g times its own; the common prefill term only pulls C2R towards 1):",
         "",
         "| GPU | dense | EAGLE-3 k = 5 | E x dense (needed) |",
         "|---|---|---|---|",
