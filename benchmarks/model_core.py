@@ -19,6 +19,10 @@ the observation noise of both rows) against the observed one.
 
 ``prior``: ``pm.sample_prior_predictive`` on every case: share of finite latencies.
 
+``validate [--leave-out N] [--repeats R]``: ``specbayes.validate.leave_n_out`` with the next
+core on the demo (what ``specbayes validate data/demo.parquet --model sd --leave-out N`` runs),
+against the curve_fit trends on the same folds.
+
 ``heldout [--cases CELL ...]``: leave one demo cell out (both verifiers), fit the rest (seed 1),
 predict the cell from the hierarchy (:func:`specbayes.model_next.predict.predict_new_cells`):
 R² of the predictive median latency, 50 %/90 % interval coverage.
@@ -229,9 +233,25 @@ def run_heldout(cells: list[str] | None, out: Path) -> None:
         _emit(rec, out)
 
 
+def run_validate(n: int, repeats: int, out: Path) -> None:
+    """``specbayes.validate.leave_n_out`` on the demo with the next core (``core="next"``),
+    the curve_fit trends on the same folds: overall and per-fold scores."""
+    from specbayes.validate import leave_n_out
+
+    res = leave_n_out(
+        _demo_table(), "sd", n=n, repeats=repeats, core="next", n_jobs=1, progress=True
+    )
+    for _, row in res.folds.iterrows():
+        _emit({"validate_fold": row["fold"], **row.drop(["fold"]).to_dict()}, out)
+    for _, row in res.overall.iterrows():
+        _emit({"validate_overall": row["method"], **row.drop(["method"]).to_dict()}, out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["small", "demo", "prior", "heldout"])
+    ap.add_argument("what", choices=["small", "demo", "prior", "heldout", "validate"])
+    ap.add_argument("--leave-out", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--cases", nargs="*", default=None)
     ap.add_argument("--out", type=Path, default=Path("/tmp/model_core.jsonl"))
@@ -242,6 +262,8 @@ def main() -> None:
         run_demo(args.seeds, args.out)
     elif args.what == "heldout":
         run_heldout(args.cases, args.out)
+    elif args.what == "validate":
+        run_validate(args.leave_out, args.repeats, args.out)
     else:
         run_prior(args.out)
 

@@ -196,7 +196,7 @@ def _predictions(fold: Fold, method: str, test: pd.DataFrame, mu, pp=None) -> pd
 
 
 def _run_fold(args) -> tuple[list[dict], list[pd.DataFrame]]:
-    fold, data, model, sampler_config, methods = args
+    fold, data, model, sampler_config, methods, core = args
     held = fold.mask(data)
     train, test = data[~held], data[held]
     base = dict(fold=fold.label, n=fold.n, repeat=fold.repeat, n_train=len(train), n_test=len(test))
@@ -220,10 +220,12 @@ def _run_fold(args) -> tuple[list[dict], list[pd.DataFrame]]:
         from specbayes.fit import fit
 
         t0 = time.perf_counter()
-        result = fit(train, model=model, sampler_config=sampler_config, progress=False)
-        mu = result.mean_latency(test).values
-        pp = result.predict(test).values
-        ll = result.log_likelihood(test).values
+        result = fit(train, model=model, sampler_config=sampler_config, progress=False, core=core)
+        # the next core conditions measured (kept, unsaturated) rows below their wall
+        kw = {"measured": True} if core == "next" else {}
+        mu = result.mean_latency(test, **kw).values
+        pp = result.predict(test, **kw).values
+        ll = result.log_likelihood(test, **kw).values
         scores = heldout_scores(test["latency"].to_numpy(), mu, pp, ll)
         preds.append(_predictions(fold, f"specbayes {model}", test, mu, pp))
         diag = result.diagnostics()
@@ -304,6 +306,7 @@ def leave_n_out(
     methods: Iterable[str] = ("specbayes", "baseline"),
     n_jobs: int | None = None,
     progress: bool = False,
+    core: str = "legacy",
 ) -> LeaveNOut:
     """Hold out ``n`` cells per (verifier, hardware), fit on the rest, score the held-out rows.
 
@@ -327,6 +330,8 @@ def leave_n_out(
         Parallel fold processes (default: the number of CPU cores).
     progress : bool
         Show a progress bar over folds (tqdm, on stderr).
+    core : {"legacy", "next"}
+        The model core (:func:`specbayes.fit.fit`).
     """
     table = sweeps if isinstance(sweeps, SweepTable) else validate_sweeps(sweeps)
     data = table.data.reset_index(drop=True)
@@ -351,7 +356,7 @@ def leave_n_out(
                     )
                 )
                 continue
-            jobs.append((f, data, model, sampler_config, methods))
+            jobs.append((f, data, model, sampler_config, methods, core))
     results = _run_folds(jobs, n_jobs or os.cpu_count() or 1, progress)
     folds_df = pd.DataFrame([r for rs, _ in results for r in rs])
     preds = [p for _, ps in results for p in ps]

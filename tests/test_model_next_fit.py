@@ -145,3 +145,30 @@ def test_save_and_load(pooled, tmp_path):
     ds.to_netcdf(str(tmp_path / "old.nc"))
     with pytest.raises(FitFileError, match=r"0\.0\.0"):
         load_fit(tmp_path / "old.nc")
+
+
+@pytest.mark.slow
+def test_demo_fit_next_core():
+    """The next core on the demo at the defaults: healthy, LOO finite with few influential
+    rows, every stored group finite (benchmarks/model_core.md has the seed study)."""
+    from specbayes.fit import fit
+
+    table = validate_sweeps(pd.read_parquet(REPO / "data/demo.parquet"))
+    result = fit(table, "sd", core="next", progress=False)
+    s = result.summary()
+    assert s["healthy"], s
+    loo = az.loo(result.idata, pointwise=True)
+    assert np.isfinite(loo.elpd_loo)
+    assert np.mean(np.asarray(loo.pareto_k) > 0.7) <= 0.02
+    for group in ("log_likelihood", "posterior_predictive"):
+        assert np.isfinite(result.idata[group]["log_latency"].values).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", small_sweeps.all_case_names())
+def test_small_sweep_fit_next_core(case):
+    """A user's small sweep (dense + one SD arm, alpha unknown) fits healthy at the defaults."""
+    from specbayes.model_next.fitted import fit_next
+
+    result = fit_next(small_sweeps.case(case).table, seed=1)
+    assert result.summary()["healthy"], result.summary()
