@@ -177,10 +177,13 @@ class NextFit:
         rows["_unit"] = rows["verifier"] + "|" + rows["hardware"] + "|" + rows["cell"]
         return rows
 
-    def _drafter_of_unit(self, unit: int) -> str | None:
+    def _check_drafter(self, where: str, units: list[int], drafter: str) -> None:
+        """The pooled structure has one drafter per workload: ``drafter`` must be it."""
         d = self.design
-        names = {d.drafter[s] for s in d.sd if d.sweep_unit[s] == unit}
-        return names.pop() if len(names) == 1 else None
+        fitted = sorted({d.drafter[s] for s in d.sd if d.sweep_unit[s] in units})
+        if drafter not in fitted and not (drafter == "" and len(fitted) == 1):
+            have = f"fitted with {fitted}" if fitted else "fitted without SD sweeps"
+            raise ValueError(f"{where}: {have}, not with drafter {drafter!r}")
 
     # -- coefficients -------------------------------------------------------------------------
     def coefficients(self, rows: pd.DataFrame, seed: int | None = None) -> xr.Dataset:
@@ -220,12 +223,7 @@ class NextFit:
             full = np.zeros((c.shape[0], len(COEFS)))
             full[:, [COEFS.index(x) for x in d.coords["coef"]]] = c
             if row["k"] > 0:
-                fitted = self._drafter_of_unit(unit)
-                if row["drafter"] not in (fitted, ""):
-                    raise ValueError(
-                        f"{d.coords['unit'][unit]}: fitted with drafter {fitted!r}, "
-                        f"not {row['drafter']!r}"
-                    )
+                self._check_drafter(d.coords["unit"][unit], [unit], row["drafter"])
             return full
         full = np.zeros((self._n(), len(COEFS)))
         verifier = post["unit_coef"].values[:, unit, :]  # c1p, c1v, c2p, c2v
@@ -260,6 +258,10 @@ class NextFit:
                 f"{cells}: cells this fit never saw — an anchored fit (one workload per "
                 "verifier and GPU) has no cell trend; measure the cell or fit several cells"
             )
+        spec = (rows["k"] > 0).to_numpy()
+        for g, drafter in set(zip(group_of[spec], rows.loc[spec, "drafter"], strict=True)):
+            members = list(np.flatnonzero(d.unit_group == groups.index(g)))
+            self._check_drafter(g, members, drafter)
         coefs = d.coords["coef"]
         new_units = sorted(set(rows["_unit"]))
         unit_rows = rows.groupby("_unit")[["prefill", "decode"]].mean().loc[new_units]
