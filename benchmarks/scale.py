@@ -8,10 +8,12 @@ case because this machine's 2 cores are shared. Appends the tables to
     .venv/bin/python benchmarks/scale.py --cases folds,dataset,numpyro --write
 
 ``folds``: :func:`specbayes.validate.leave_n_out` on the bundled demo, sd level, n = 1 held
-out, ``--folds`` folds, default sampler settings, serially and on a ``LocalCluster`` of 1
-and 2 workers. ``dataset``: every ``--every``-th sweep group of the ``paper`` design (the
-same task function and engine as :func:`specbayes.sim.build_dataset`), and the whole demo
-build. ``numpyro``: the demo sd fit with nutpie and with numpyro (JAX on CPU), defaults.
+out, ``--folds`` folds, default sampler settings (``--fold-cores``: the sampler's threads per
+fit), serially and on a ``LocalCluster`` of 1 and 2 workers. ``dataset``: every
+``--every``-th sweep group of the ``paper`` design (the same task function and engine as
+:func:`specbayes.sim.build_dataset`), and the whole demo build. ``numpyro``: the demo sd
+fit with nutpie and with numpyro (JAX on CPU), defaults ("vs serial": nutpie's wall time
+over this sampler's).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def timed(fn):
     return value, time.perf_counter() - t0, f"{load} → {uptime()}"
 
 
-def folds_case(n_folds: int) -> list[dict]:
+def folds_case(n_folds: int, cores: int | None = None) -> list[dict]:
     import pandas as pd
 
     from specbayes.datasets import load_dataset
@@ -54,7 +56,13 @@ def folds_case(n_folds: int) -> list[dict]:
     for name, scheduler, workers in runs:
         res, wall, load = timed(
             lambda s=scheduler, w=workers: leave_n_out(
-                data, model="sd", n=1, repeats=n_folds, scheduler=s, n_jobs=w
+                data,
+                model="sd",
+                n=1,
+                repeats=n_folds,
+                scheduler=s,
+                n_jobs=w,
+                sampler_config={"cores": cores} if cores else None,
             )
         )
         scores = res.folds.drop(columns="wall_s")
@@ -65,11 +73,16 @@ def folds_case(n_folds: int) -> list[dict]:
         fits = res.folds[res.folds.method.str.startswith("specbayes")]
         rows.append(
             dict(
-                case=f"{n_folds} folds (demo, sd, n=1)",
+                case=f"{n_folds} folds (demo, sd, n=1)"
+                + (f", {cores} sampler thread(s) per fit" if cores else ""),
                 run=name,
                 wall_s=wall,
                 healthy_folds=int(
-                    ((fits.divergences == 0) & (fits.max_rhat <= 1.01) & (fits.min_ess_bulk >= 400)).sum()
+                    (
+                        (fits.divergences == 0)
+                        & (fits.max_rhat <= 1.01)
+                        & (fits.min_ess_bulk >= 400)
+                    ).sum()
                 ),
                 r2=list(fits.r2.round(5)),
                 load=load,
@@ -100,13 +113,16 @@ def dataset_case(every: int) -> list[dict]:
                 ]
             ),
         ),
-        ("demo (8 groups)", lambda s, w: build_dataset("demo", progress=False, workers=w or 1, scheduler=s)),
+        (
+            "demo (8 groups)",
+            lambda s, w: build_dataset("demo", progress=False, workers=w or 1, scheduler=s),
+        ),
     ):
         ref = None
         for name, scheduler, workers in [("serial", "serial", None)] + [
             (f"local, {w} worker(s)", "local", w) for w in WORKERS
         ]:
-            df, wall, load = timed(lambda s=scheduler, w=workers: build(s, w))
+            df, wall, load = timed(lambda s=scheduler, w=workers, b=build: b(s, w))
             if ref is None:
                 ref = df
             pd.testing.assert_frame_equal(df, ref)
@@ -157,22 +173,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="folds,dataset,numpyro")
     ap.add_argument("--folds", type=int, default=2, help="folds of the fold case")
-    ap.add_argument("--every", type=int, default=24, help="paper groups: every n-th")
+    ap.add_argument(
+        "--fold-cores", type=int, help="sampler threads per fold's fit (default: the fit's)"
+    )
+    ap.add_argument("--every", type=int, default=8, help="paper groups: every n-th")
     ap.add_argument("--write", action="store_true", help="append the tables to scale.md")
     args = ap.parse_args()
     cases = args.cases.split(",")
     tables = {}
-    if "folds" in cases:
-        tables["folds"] = folds_case(args.folds)
-    if "dataset" in cases:
-        tables["dataset"] = dataset_case(args.every)
-    if "numpyro" in cases:
-        tables["numpyro"] = numpyro_case()
+    runs = {
+        "folds": lambda: folds_case(args.folds, args.fold_cores),
+        "dataset": lambda: dataset_case(args.every),
+        "numpyro": numpyro_case,
+    }
+    for name in cases:
+        tables[name] = runs[name]()
+        print(json.dumps(tables[name], default=str), flush=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = f"\n### {stamp} — {platform.machine()}, {os.cpu_count()} CPUs\n"
     for name, rows in tables.items():
         text += f"\n{name}:\n\n{_table(rows)}\n"
-        print(json.dumps(rows, default=str))
     print(text)
     if args.write:
         with OUT.open("a") as fh:

@@ -156,6 +156,40 @@ def test_numpyro_without_jax_is_one_clear_error_before_any_work(sweeps, monkeypa
         fit(sweeps, sampler_config={"sampler": "numpyro"})
 
 
+def test_numpyro_samples_the_graph_density_lowered_to_jax_equal_to_the_kernel(sweeps):
+    """What numpyro samples (the graph model, in JAX) is the density nutpie samples (the
+    compiled kernel), at the chains' start."""
+    pytest.importorskip("numpyro")
+    from pymc.sampling.jax import get_jaxified_logp
+
+    from specbayes.fit import _prepare
+    from specbayes.model import LatencyModel, build_design
+
+    assert parallel.jax_chain_method(2) in ("parallel", "sequential", "vectorized")
+    lm = LatencyModel(build_design(_prepare(sweeps, "sd")[0], "sd"))
+    point = lm.model.initial_point()
+    point.update({k: v for k, v in lm.feasible_start().items() if k in point})
+    jax_logp = float(get_jaxified_logp(lm.model)([point[v.name] for v in lm.model.value_vars]))
+    kernel_logp = float(lm.sampling_model.compile_logp()(point))
+    assert jax_logp == pytest.approx(kernel_logp, rel=1e-10)
+
+
+def test_erfcx_lowered_to_jax_matches_scipy_with_finite_gradients():
+    pytest.importorskip("jax")
+    import numpy as np
+    import pytensor
+    import pytensor.tensor as pt
+    from scipy.special import erfcx
+
+    parallel.jax_chain_method(1)  # registers the lowering
+    x = pt.dvector("x")
+    f = pytensor.function([x], pt.erfcx(x), mode="JAX")
+    grad = pytensor.function([x], pytensor.grad(pt.sum(pt.log(pt.erfcx(x))), x), mode="JAX")
+    xs = np.concatenate([-np.logspace(-3, 1.4, 40), [0.0], np.logspace(-3, 2, 40)])
+    np.testing.assert_allclose(f(xs), erfcx(xs), rtol=2e-9)
+    assert np.isfinite(grad(np.array([-30.0, -1.0, 0.0, 1.0, 50.0]))).all()
+
+
 @pytest.mark.slow
 def test_numpyro_fits_the_demo_healthy_on_cpu():
     """The JAX path on the bundled demo at the default settings: the same health bar as

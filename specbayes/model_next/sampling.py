@@ -42,7 +42,9 @@ def sample(
     when JAX has one) with the same chains, draws and target acceptance — a diagonal mass
     matrix, the low-rank and ``cores`` settings being nutpie's. Returns the
     ``InferenceData`` and the timings ``{"compile_s", "sample_s"}`` (compile is 0 when
-    ``compiled`` is given; numpyro's compile is inside ``sample_s``).
+    ``compiled`` is given; numpyro's compile is inside ``sample_s``). Not healthy on the demo
+    yet (``benchmarks/scale.md``: nearly every draw divergent; JAX's gradient of this graph
+    is NaN at points where PyTensor's is finite) — :func:`health` says so.
     """
     config = {**SAMPLER_CONFIG, **overrides}
     if sampler == "numpyro":
