@@ -14,10 +14,14 @@ the 90 % interval of the expected speedup :math:`L_\mathrm{dense}/L_\mathrm{sd}`
 sweeps' :math:`C_1, C_2` through :mod:`specbayes.laws`) and of the predictive speedup (with
 the observation noise of both rows) against the observed one.
 
-``demo``: the same model on ``data/demo.parquet`` (pooled structure): health, wall time,
-``az.loo`` with its Pareto k, finiteness of the pointwise log likelihood.
+``demo [--seeds N] [--priors JSON]``: the fit of ``data/demo.parquet`` (pooled structure) at seeds
+1..N: health, wall time, ``az.loo`` with its Pareto k, finiteness of the stored groups.
 
 ``prior``: ``pm.sample_prior_predictive`` on every case: share of finite latencies.
+
+``validate [--leave-out N] [--repeats R]``: ``specbayes.validate.leave_n_out`` with the next
+core on the demo (what ``specbayes validate data/demo.parquet --model sd --leave-out N`` runs),
+against the curve_fit trends on the same folds.
 
 ``heldout [--cases CELL ...]``: leave one demo cell out (both verifiers), fit the rest (seed 1),
 predict the cell from the hierarchy (:func:`specbayes.model_next.predict.predict_new_cells`):
@@ -42,7 +46,6 @@ import small_sweeps  # noqa: E402
 
 from specbayes import laws  # noqa: E402
 from specbayes.model_next import build_design, build_model, health, sample  # noqa: E402
-from specbayes.model_next.likelihood import log_density  # noqa: E402
 from specbayes.model_next.sampling import compile_model  # noqa: E402
 
 LEVEL = 0.90
@@ -152,44 +155,29 @@ def _demo_table():
     )
 
 
-def pointwise_log_likelihood(design, idata) -> np.ndarray:
-    """(chain, draw, obs) log density of every kept row from the posterior ``mu``, ``sigma``."""
-    mu = idata.posterior["mu"].values
-    sigma = idata.posterior["sigma"].values[..., None]
-    return log_density(design.log_latency, mu, sigma)
-
-
-def run_demo(seeds: int, out: Path) -> None:
+def run_demo(seeds: list[int], priors: dict, out: Path) -> None:
+    """The next core's fit of the demo (``fit(..., core="next")``) at each seed: health, LOO."""
     import arviz as az
-    import xarray as xr
+
+    from specbayes.model_next.fitted import fit_next
 
     table = _demo_table()
-    design = build_design(table)
-    model = build_model(design)
-    t0 = time.perf_counter()
-    compiled = compile_model(model)
-    compile_s = time.perf_counter() - t0
-    for seed in range(1, seeds + 1):
-        idata, timing = sample(model, seed, compiled=compiled)
-        h = health(idata, model)
-        print(json.dumps({"demo_health": seed, **h, **timing, "compile": compile_s}), flush=True)
-        ll = pointwise_log_likelihood(design, idata)
-        idata.add_groups(log_likelihood=xr.Dataset({"log_latency": (("chain", "draw", "obs"), ll)}))
-        loo = az.loo(idata, pointwise=True)
+    for seed in seeds:
+        result = fit_next(table, priors=priors, seed=seed)
+        loo = az.loo(result.idata, pointwise=True)
         k = np.asarray(loo.pareto_k)
+        groups = ("log_likelihood", "posterior_predictive")
         rec = {
             "demo": seed,
-            "structure": design.structure,
-            "rows": len(design.data),
-            **h,
-            "compile_s": round(compile_s, 1),
-            "sample_s": round(timing["sample_s"], 2),
+            "priors": priors,
+            **result.summary(),
             "elpd_loo": float(loo.elpd_loo),
             "pareto_k_gt_0.7": int((k > 0.7).sum()),
-            "loglik_finite": bool(np.isfinite(ll).all()),
-            "tau": _q(idata.posterior["tau"].values),
-            "sigma": _q(idata.posterior["sigma"].values),
+            "groups_finite": all(np.isfinite(result.idata[g]["log_latency"]).all() for g in groups),
+            "tau": _q(result.idata.posterior["tau"].values[..., 0]),
+            "noise_growth": _q(result.idata.posterior["noise_growth"].values),
         }
+        rec.pop("sampler_config")
         _emit(rec, out)
 
 
@@ -229,9 +217,26 @@ def run_heldout(cells: list[str] | None, out: Path) -> None:
         _emit(rec, out)
 
 
+def run_validate(n: int, repeats: int, out: Path) -> None:
+    """``specbayes.validate.leave_n_out`` on the demo with the next core (``core="next"``),
+    the curve_fit trends on the same folds: overall and per-fold scores."""
+    from specbayes.validate import leave_n_out
+
+    res = leave_n_out(
+        _demo_table(), "sd", n=n, repeats=repeats, core="next", n_jobs=1, progress=True
+    )
+    for _, row in res.folds.iterrows():
+        _emit({"validate_fold": row["fold"], **row.drop(["fold"]).to_dict()}, out)
+    for _, row in res.overall.iterrows():
+        _emit({"validate_overall": row["method"], **row.drop(["method"]).to_dict()}, out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["small", "demo", "prior", "heldout"])
+    ap.add_argument("what", choices=["small", "demo", "prior", "heldout", "validate"])
+    ap.add_argument("--leave-out", type=int, default=1)
+    ap.add_argument("--priors", default="{}", help="prior overrides (JSON), demo only")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--cases", nargs="*", default=None)
     ap.add_argument("--out", type=Path, default=Path("/tmp/model_core.jsonl"))
@@ -239,9 +244,11 @@ def main() -> None:
     if args.what == "small":
         run_small(args.cases or small_sweeps.all_case_names(), args.seeds, args.out)
     elif args.what == "demo":
-        run_demo(args.seeds, args.out)
+        run_demo(list(range(1, args.seeds + 1)), json.loads(args.priors), args.out)
     elif args.what == "heldout":
         run_heldout(args.cases, args.out)
+    elif args.what == "validate":
+        run_validate(args.leave_out, args.repeats, args.out)
     else:
         run_prior(args.out)
 

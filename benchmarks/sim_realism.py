@@ -12,9 +12,15 @@ k = 3, constant rate 1..4 req/s) is not in the repository; the facts quoted in i
 p50 3.33 / 3.92 s at 1 / 2 req/s, acceptance length 2.2-2.7, the real speedup losing about a fifth
 from 1 to 4 req/s) are checked against the simulation at alpha 0.6 and 0.75.
 
+The paper's cell (Kong et al. measured C1R < 1 everywhere and C2R > 1 except at alpha >= 0.9 for
+Qwen3-8B, 1024 x 1024): the Qwen3-8B 1024 x 1024 EAGLE-3 configurations of the ``paper`` design
+(``specbayes.sim.datasets.design("paper")``) and their dense sweeps are simulated on both GPUs by
+this code (the targeted check, no dataset rebuild), and the same ratios are read from the bundled
+``data/paper.parquet``.
+
 Run: ``.venv/bin/python benchmarks/sim_realism.py [--write] [--demo-dir DIR]`` (``--write``
 rewrites ``benchmarks/sim_realism.md``; ``--demo-dir``: a ``specbayes demo`` report folder,
-default ``specbayes-demo``).
+default ``specbayes-demo``); ``--paper-cell`` prints only the targeted check (~20 s).
 """
 
 from __future__ import annotations
@@ -110,6 +116,17 @@ def speedups(df: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
+# Issue 31: the previous simulator gave 1.94 (alpha 0.6) and 2.36 (alpha 0.75) at light load,
+# "35-65 % above the measured one". Read as one measured value that the alpha range brackets
+# (alpha 0.6 -> +35 %, 0.75 -> +65 %), both ends give the same number: 1.94 / 1.35 = 1.437,
+# 2.36 / 1.65 = 1.430.
+# Paired the other way the bounds would be 1.94 / 1.65 = 1.18 and 2.36 / 1.35 = 1.75.
+H200_OLD_SIM = {0.6: 1.94, 0.75: 2.36}
+H200_MEASURED_LIGHT = (1.94 / 1.35 + 2.36 / 1.65) / 2.0
+H200_MEASURED_BOUNDS = (1.94 / 1.65, 2.36 / 1.35)
+H200_MIN_FALL = 0.08
+
+
 def h200_check(engine: EngineConfig | None = None, seed: int = 0) -> pd.DataFrame:
     """Qwen3-32B, 2 x H200 (TP 2), 2048 x 256, EAGLE-3 k = 3: p50 and speedup, 1-4 req/s."""
     rows = []
@@ -145,6 +162,12 @@ def summary(engine: EngineConfig | None = None, seed: int = 0) -> dict:
         out[f"H200 speedup at 1 req/s, alpha {a}"] = f"{s.iloc[0]:.2f}"
         out[f"H200 fall 1 -> 4 req/s, alpha {a}"] = f"{1 - s.iloc[-1] / s.iloc[0]:.0%}"
     out["H200 dense p50 at 1 / 2 req/s"] = f"{h.dense_p50.iloc[0]:.2f} / {h.dense_p50.iloc[1]:.2f}"
+    r = paper_cell_sim(engine=engine, seed=seed)
+    for hw, g in r.groupby("hardware"):
+        sel = (g.alpha < 0.9) & (g.k >= 2)
+        out[f"{hw} C2R > 1 (alpha < 0.9, k >= 2)"] = (
+            f"{int((g.c2r[sel] > 1).sum())}/{int(sel.sum())}"
+        )
     return out
 
 
@@ -159,6 +182,8 @@ VARIANTS = {
         "spec_step_overhead_s": 0.0,
     },
     "no CUDA-graph limit": {"max_cudagraph_capture_size": 1 << 30},
+    "A100 attention packs GQA at every query length (before)": {"a100_packed": True},
+    "A100 L2 holds every FA2 re-read (64-row tiles only)": {"a100_l2_mib": 1e9},
 }
 
 
@@ -167,10 +192,14 @@ def _variant(spec: dict, seed: int) -> dict:
     env = dict(os.environ)
     spec = dict(spec)
     cf = spec.pop("b200_compute", None)
+    packed = spec.pop("a100_packed", False)
+    l2 = spec.pop("a100_l2_mib", None)
+    a100 = packed or l2 is not None
     with tempfile.TemporaryDirectory() as tmp:
-        if cf is not None:
+        if cf is not None or a100:
             models = Path(tmp) / "models"
             shutil.copytree(ROOT / "models", models)
+        if cf is not None:
             hw = models / "hardware" / "b200.toml"
             text = re.sub(
                 r"(?m)^achievable_compute_fraction = .*$",
@@ -178,6 +207,15 @@ def _variant(spec: dict, seed: int) -> dict:
                 hw.read_text(),
             )
             hw.write_text(text)
+        if a100:
+            hw = models / "hardware" / "a100-sxm-80gb.toml"
+            text = hw.read_text()
+            if packed:
+                text = re.sub(r'(?m)^attention = "fa2"$', 'attention = "packed"', text)
+            if l2 is not None:
+                text = re.sub(r"(?m)^l2_cache_mib = \S+", f"l2_cache_mib = {l2:.0f}", text)
+            hw.write_text(text)
+        if cf is not None or a100:
             env["SPECBAYES_MODELS"] = str(models)
         out = subprocess.run(
             [sys.executable, __file__, "--summary", json.dumps(spec), "--seed", str(seed)],
@@ -195,6 +233,141 @@ def ablation(seed: int = 0) -> pd.DataFrame:
 
 
 PAPER = ROOT / "data" / "paper.parquet"
+PAPER_CELL = ("Qwen3-8B", 1024, 1024)
+
+
+def _paper_cell_sweep(args) -> list[dict]:
+    from specbayes.sim.point import make_config
+    from specbayes.sim.sweep import sweep_config
+
+    group, alpha, k, engine, seed = args
+    cfg = make_config(
+        group.verifier,
+        hardware=group.hardware,
+        drafter=group.drafter if k > 0 else None,
+        tp=group.tp,
+        prefill=group.prefill,
+        decode=group.decode,
+        alpha=alpha,
+        k=k,
+        engine=engine,
+    )
+    return sweep_config(cfg, seed=seed)
+
+
+def paper_cell_sim(
+    engine: EngineConfig | None = None,
+    seed: int = 0,
+    workers: int | None = None,
+    all_cells: bool = False,
+) -> pd.DataFrame:
+    """C1R, C2R of the paper design's Qwen3-8B 1024 x 1024 EAGLE-3 sweeps, simulated now.
+
+    The same (alpha, k) pairs, seeds and sweeps as ``design("paper", seed)`` builds into
+    ``data/paper.parquet`` for that verifier and cell (dense + 22 EAGLE-3 pairs per GPU), so
+    with the default engine the ratios equal those of a rebuilt dataset. ``all_cells``: the
+    verifier's 16 cells instead of one (the paper's Fig. 3 claim; ~70 s).
+    """
+    import multiprocessing as mp
+
+    from specbayes.sim.datasets import design
+    from specbayes.sim.properties import fit_per_config, sd_ratios
+
+    v, p, g = PAPER_CELL
+    groups = [
+        x
+        for x in design("paper", seed)
+        if x.verifier == v and (all_cells or (x.prefill, x.decode) == (p, g)) and x.drafter is None
+    ]
+    tasks = [(x, a, k, engine, seed) for x in groups for a, k in x.pairs]
+    workers = workers or min(2, os.cpu_count() or 1)
+    if workers > 1:
+        with mp.get_context("fork").Pool(workers) as pool:
+            parts = pool.map(_paper_cell_sweep, tasks, chunksize=1)
+    else:
+        parts = [_paper_cell_sweep(t) for t in tasks]
+    df = pd.DataFrame([row for part in parts for row in part])
+    r = sd_ratios(fit_per_config(df))
+    r = r[r.drafter.astype(str).str.startswith("EAGLE3")]
+    cols = ["hardware", "cell", "alpha", "k", "c1r", "c2r"] if all_cells else []
+    cols = cols or ["hardware", "alpha", "k", "c1r", "c2r"]
+    return r[cols].sort_values(cols[:-2])
+
+
+def _all_cells_section(r: pd.DataFrame) -> list[str]:
+    """Shares of C2R > 1 below and above alpha 0.9, and of C1R < 1, per GPU (16 cells)."""
+    rows = []
+    for hw, g in r.groupby("hardware"):
+        lo, hi = g[g.alpha < 0.9], g[g.alpha >= 0.9]
+        rows.append(
+            {
+                "GPU": hw,
+                "configurations": len(g),
+                "C2R > 1, alpha < 0.9": f"{(lo.c2r > 1).mean():.0%}",
+                "C2R > 1, alpha >= 0.9": f"{(hi.c2r > 1).mean():.0%}",
+                "C1R < 1": f"{(g.c1r < 1).mean():.0%}",
+            }
+        )
+    return [_md_table(pd.DataFrame(rows), {})]
+
+
+def per_sequence_step_cost(hardware: str, k: int, ctx: float = 1536.0) -> float:
+    """Marginal step seconds per decoding sequence (verifier + drafter), batch 64 -> 128.
+
+    Qwen3-8B with its EAGLE-3 head at a context of ``ctx`` tokens (the mean context of a
+    1024 x 1024 request), decode-only steps, from the simulator's cost model.
+    """
+    from specbayes.sim.costs import kv_reread_factor, pass_time, unpacked_decode_pairs
+    from specbayes.sim.point import make_config
+
+    cfg = make_config("Qwen3-8B", hardware=hardware, k=k, alpha=0.8 if k else None)
+    e = cfg.engine
+    q = k + 1
+
+    def step(b: int) -> float:
+        ctx_all = b * ctx
+        f, pairs = 1.0, b * (ctx + 1.0)  # one-token queries: packed, the real pairs
+        if q > 1:
+            f = kv_reread_factor(cfg.vcost, ctx_all)
+            pairs = unpacked_decode_pairs(cfg.vcost, ctx_all, float(b), float(q))
+        t = pass_time(cfg.vcost, b * q, b * q, ctx_all * f, 0.0, pairs, 0.0, b)
+        if k:
+            fd = kv_reread_factor(cfg.dcost, ctx_all)
+            t += pass_time(cfg.dcost, b * q, b, ctx_all * fd, 0.0, b * q * ctx, 0.0, b)
+            t += (k - 1) * pass_time(cfg.dcost, b, b, ctx_all, 0.0, ctx_all, 0.0, b)
+            t += e.spec_step_overhead_s + e.spec_seq_overhead_s * b
+        return t
+
+    return (step(128) - step(64)) / 64
+
+
+def _cost_arithmetic() -> list[str]:
+    """Why C2R stays below 1 on the H100 at high alpha: the per-sequence costs, in numbers."""
+    a, k = 0.85, 5
+    e = float(laws.expected_tokens(a, k))
+    lines = [
+        f"Per-sequence step cost (marginal step time per decoding sequence, batch 64 -> 128, "
+        f"context 1536, decode-only steps) and what C2R > 1 at alpha {a}, k = {k} "
+        f"(E = {e:.2f}) needs (SD's decode part of C2 is g/E times its per-sequence step "
+        "cost, dense's g times its own; the common prefill term only pulls C2R towards 1):",
+        "",
+        "| GPU | dense | EAGLE-3 k = 5 | E x dense (needed) |",
+        "|---|---|---|---|",
+    ]
+    for hw in ("A100-SXM-80GB", "H100-SXM"):
+        d, sd = per_sequence_step_cost(hw, 0), per_sequence_step_cost(hw, k)
+        lines.append(f"| {hw} | {d * 1e6:.0f} µs | {sd * 1e6:.0f} µs | {e * d * 1e6:.0f} µs |")
+    return lines
+
+
+def paper_cell_verdict(r: pd.DataFrame) -> dict[str, bool]:
+    """Per GPU: C2R > 1 at every alpha < 0.9 with k >= 2, and C1R < 1 everywhere."""
+    out = {}
+    for hw, g in r.groupby("hardware"):
+        sel = (g.alpha < 0.9) & (g.k >= 2)
+        out[f"{hw} C2R > 1"] = bool((g.c2r[sel] > 1).all())
+        out[f"{hw} C1R < 1"] = bool((g.c1r < 1).all())
+    return out
 
 
 def paper_cell_ratios(verifier: str = "Qwen3-8B", cell: str = "1024x1024") -> pd.DataFrame | None:
@@ -271,6 +444,8 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
     df = simulate_real(seed=seed)
     sp = speedups(df)
     h = h200_check(seed=seed)
+    paper_cell = paper_cell_sim(seed=seed)
+    paper_cells = paper_cell_sim(seed=seed, all_cells=True)
     abl = ablation(seed)
     wall = time.perf_counter() - t0
     unsat = sp[~sp.saturated]
@@ -301,9 +476,26 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
         )
     trend = pd.DataFrame(trend)
     verdict["trend"] = bool(trend["falls in both"].all())
+    h200_rows = []
     for a in (0.6, 0.75):
-        verdict[f"h200_light_{a}"] = float(h[f"speedup{a}"].iloc[0])
-        verdict[f"h200_fall_{a}"] = float(1 - h[f"speedup{a}"].iloc[-1] / h[f"speedup{a}"].iloc[0])
+        light = float(h[f"speedup{a}"].iloc[0])
+        fall = float(1 - h[f"speedup{a}"].iloc[-1] / light)
+        verdict[f"h200_light_{a}"] = light
+        verdict[f"h200_fall_{a}"] = fall
+        ratio = light / H200_MEASURED_LIGHT
+        h200_rows.append(
+            {
+                "alpha": a,
+                "sim speedup at 1 req/s": light,
+                "sim / measured 1.43": ratio,
+                "within ±20%": bool(abs(ratio - 1) <= TOLERANCE),
+                "fall 1 -> 4 req/s": f"{fall:.0%}",
+                "falls >= 8%": bool(fall >= H200_MIN_FALL),
+            }
+        )
+    h200_table = pd.DataFrame(h200_rows)
+    verdict["h200"] = bool(h200_table["within ±20%"].all() and h200_table["falls >= 8%"].all())
+    verdict.update(paper_cell_verdict(paper_cell))
     rev = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
@@ -371,17 +563,65 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
         "Constant-rate points, 400 requests; p50 end-to-end latency (s); "
         "speedup = dense p50 / SD p50. "
         "Measured (issue 31, not in the repository): dense p50 3.33 s at 1 req/s and 3.92 s at "
-        "2 req/s; the real SD speedup at light load is 35-65 % below what the previous simulator "
-        "gave (1.94 at alpha 0.6, 2.36 at 0.75, so about 1.2-1.75) and loses about a fifth "
-        "by 4 req/s.",
+        "2 req/s; the real SD gain loses about a fifth by 4 req/s; the previous simulator's "
+        "light-load speedup (1.94 at alpha 0.6, 2.36 at alpha 0.75) was 35-65 % above the "
+        "measured one.",
+        "",
+        "**Measured light-load speedup, derived.** The issue quotes one measured speedup and an "
+        "excess range over the alpha range 0.6-0.75. Read in order (alpha 0.6 -> +35 %, "
+        "alpha 0.75 -> +65 %), both ends give the same value: 1.94 / 1.35 = 1.437 and "
+        "2.36 / 1.65 = 1.430, so the measured light-load speedup is "
+        f"**{H200_MEASURED_LIGHT:.2f}**; the ±20 % band is "
+        f"{0.8 * H200_MEASURED_LIGHT:.2f}-{1.2 * H200_MEASURED_LIGHT:.2f}. (Paired the other "
+        f"way the two ends disagree, {H200_MEASURED_BOUNDS[0]:.2f} and "
+        f"{H200_MEASURED_BOUNDS[1]:.2f}; that reading is not self-consistent, so it only bounds "
+        "the value.) The real arm's acceptance is not given; alpha 0.6 and 0.75 bracket the "
+        "acceptance length 2.2-2.7 the issue calls typical, so each is checked.",
         "",
         _md_table(h, {c: ".3f" for c in h.columns if c != "rps"} | {"rps": ".1f"}),
         "",
-        "## 3. The paper's cell on the rebuilt `paper` data: Qwen3-8B, 1024 x 1024, EAGLE-3",
+        _md_table(h200_table, {"sim speedup at 1 req/s": ".2f", "sim / measured 1.43": ".2f"}),
+        "",
+        "## 3. The paper's cell: Qwen3-8B, 1024 x 1024, EAGLE-3",
         "",
         "Per-configuration least-squares fits of L = C1/(1 - lambda C2) "
         "(`specbayes.sim.properties`), SD over dense of the same hardware and cell. The paper "
         "measured C1R < 1 everywhere and C2R > 1 except at alpha >= 0.9.",
+        "",
+        "### 3a. Simulated by this code (targeted check: the paper design's 22 EAGLE-3 pairs "
+        "and the dense sweep of this cell per GPU; `--paper-cell`)",
+        "",
+        *_paper_section(paper_cell),
+        "",
+        *_cost_arithmetic(),
+        "",
+        "On the A100 (FlashAttention 2, `specbayes.sim.costs.kv_reread_factor`) the verification "
+        "reads each KV head once per query head past the L2 cache and computes 64-row query "
+        "tiles, so SD's per-sequence cost exceeds E x dense up to alpha ~0.85. On the H100 "
+        "FlashAttention 3 packs the GQA group at every query length (`hopper/flash_api.cpp` "
+        "`get_pack_gqa`: always for paged KV without TMA and for varlen), so the k + 1 queries "
+        "share one read of the context's KV, which dominates dense decoding at this context; "
+        "C2R > 1 at alpha 0.85, k = 5 would need some 200 µs more per sequence and step "
+        "(~33 µs per verified token, more than the verifier's own GEMM time per token) — no "
+        "such cost was found in vLLM V1's verification, sampling or EAGLE proposer.",
+        "",
+        "Where the paper measured: Kong et al. (2026, §3) ran every SD sweep on A100 SXM "
+        "(one GPU up to 32B; 4 and 8 for Llama-3.1-70B and Qwen3-235B-A22B) with vLLM 0.13.0 "
+        "and used the H100 only to cross-check dense Qwen3. The C2R finding for this cell is an "
+        "A100 measurement, which the A100 arm above reproduces; the H100 arm is a prediction "
+        "the paper did not test.",
+        "",
+        "### 3b. Qwen3-8B over all 16 cells, simulated by this code",
+        "",
+        "The paper's Fig. 3 claim (C2R > 1 in most configurations, < 1 only in the very-high-"
+        "alpha corner), on the same design's EAGLE-3 sweeps of every cell "
+        "(`paper_cell_sim(all_cells=True)`):",
+        "",
+        *_all_cells_section(paper_cells),
+        "",
+        "### 3c. Read from the bundled `data/paper.parquet`",
+        "",
+        "(built by the simulator named in `data/README.md`; it equals 3a only after a rebuild)",
         "",
         *_paper_section(paper_cell_ratios()),
         "",
@@ -407,8 +647,17 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
         f"**{verdict['dense_within']}** (sim/real from {verdict['dense_worst_ratio'][0]:.2f} "
         f"to {verdict['dense_worst_ratio'][1]:.2f}).",
         f"* H200 sweep: simulated light-load (1 req/s) speedup {verdict['h200_light_0.6']:.2f} "
-        f"(alpha 0.6) / {verdict['h200_light_0.75']:.2f} (alpha 0.75); fall from 1 to 4 req/s "
-        f"{verdict['h200_fall_0.6']:.0%} / {verdict['h200_fall_0.75']:.0%}.",
+        f"(alpha 0.6) / {verdict['h200_light_0.75']:.2f} (alpha 0.75) against the measured "
+        f"{H200_MEASURED_LIGHT:.2f}; fall from 1 to 4 req/s "
+        f"{verdict['h200_fall_0.6']:.0%} / {verdict['h200_fall_0.75']:.0%}; both criteria at "
+        f"both alphas: **{verdict['h200']}**.",
+        *(
+            f"* Paper cell (3a), {key}"
+            + (" at every alpha < 0.9 with k >= 2" if "C2R" in key else " in every configuration")
+            + f": **{val}**."
+            for key, val in verdict.items()
+            if key.endswith(("C2R > 1", "C1R < 1"))
+        ),
         "",
     ]
     return "\n".join(lines), verdict
@@ -420,7 +669,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--demo-dir", type=Path, default=ROOT / "specbayes-demo")
     ap.add_argument("--summary", help=argparse.SUPPRESS)  # JSON engine kwargs: one summary line
+    ap.add_argument(
+        "--paper-cell",
+        action="store_true",
+        help="print only the targeted check of the paper's cell (Qwen3-8B 1024x1024 EAGLE-3)",
+    )
     args = ap.parse_args(argv)
+    if args.paper_cell:
+        cell = paper_cell_sim(seed=args.seed)
+        print("\n".join(_paper_section(cell)))
+        for key, val in paper_cell_verdict(cell).items():
+            print(f"{key}: {val}")
+        return 0
     if args.summary is not None:
         print(json.dumps(summary(EngineConfig(**json.loads(args.summary)), args.seed)))
         return 0

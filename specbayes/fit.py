@@ -287,6 +287,7 @@ def fit(
     sampler_config: dict | None = None,
     priors: dict | None = None,
     progress: bool = True,
+    core: str = "legacy",
 ) -> Fit:
     """Fit a latency model to sweep data.
 
@@ -302,6 +303,11 @@ def fit(
         Overrides of :data:`specbayes.model.DEFAULT_PRIORS`.
     progress : bool
         Show the sampler's progress bar.
+    core : {"legacy", "next"}
+        ``"next"``: the redesigned generative core (:mod:`specbayes.model_next`; levels
+        ``sd`` and ``dense``, its one sampler configuration — ``sampler_config`` may set only
+        ``seed``), returning a :class:`specbayes.model_next.fitted.NextFit` with the same
+        methods. Transitional: it becomes the only core once it passes every check.
 
     Returns
     -------
@@ -313,6 +319,10 @@ def fit(
         Empty table, all rows excluded (saturated), one load level per configuration,
         unknown model or sampler.
     """
+    if core == "next":
+        return _fit_next(sweeps, model, sampler_config, priors, progress)
+    if core != "legacy":
+        raise ValueError(f"core must be 'legacy' or 'next'; got {core!r}")
     cfg = _merge_config(sampler_config)
     if cfg["sampler"] == "numpyro":  # a missing JAX fails before any work
         jax_chain_method(cfg["chains"])
@@ -360,6 +370,20 @@ def fit(
     f = Fit(idata, design, excluded=excluded, config=config, latent=lm)
     f._attach_groups()
     return f
+
+
+def _fit_next(sweeps, model: str, sampler_config: dict | None, priors, progress: bool):
+    """:func:`specbayes.model_next.fitted.fit_next` behind :func:`fit`'s signature."""
+    from specbayes.model_next.fitted import fit_next
+
+    extra = sorted(set(sampler_config or {}) - {"seed"})
+    if extra:
+        raise ValueError(
+            f"the next core has one sampler configuration; sampler_config may set only 'seed' "
+            f"(got {extra})"
+        )
+    seed = (sampler_config or {}).get("seed", SAMPLER_DEFAULTS["seed"])
+    return fit_next(sweeps, model, priors=priors, seed=int(seed), progress=progress)
 
 
 class Fit:
@@ -1088,6 +1112,10 @@ def load_fit(path: str | Path) -> Fit:
         raise FitFileError(
             f"{path}: a netCDF file but not a specbayes fit (no {', '.join(missing)}) — {_MAKE_ONE}"
         )
+    if str(idata.attrs.get("model_id", "")).startswith("specbayes.model_next"):
+        from specbayes.model_next.fitted import load_next
+
+        return load_next(idata, path)
     model = idata.attrs["model"]
     config = json.loads(idata.attrs["config"])
     data = _dataset_to_frame(idata.constant_data, "obs")

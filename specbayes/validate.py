@@ -197,7 +197,13 @@ def _predictions(fold: Fold, method: str, test: pd.DataFrame, mu, pp=None) -> pd
 
 
 def _run_fold(
-    fold: Fold, *, data: pd.DataFrame, model: str, sampler_config: dict | None, methods: tuple
+    fold: Fold,
+    *,
+    data: pd.DataFrame,
+    model: str,
+    sampler_config: dict | None,
+    methods: tuple,
+    core: str,
 ) -> tuple[list[dict], list[pd.DataFrame]]:
     """Fit ``methods`` on ``fold``'s training rows and score its held-out rows (one task)."""
     held = fold.mask(data)
@@ -223,10 +229,12 @@ def _run_fold(
         from specbayes.fit import fit
 
         t0 = time.perf_counter()
-        result = fit(train, model=model, sampler_config=sampler_config, progress=False)
-        mu = result.mean_latency(test).values
-        pp = result.predict(test).values
-        ll = result.log_likelihood(test).values
+        result = fit(train, model=model, sampler_config=sampler_config, progress=False, core=core)
+        # the next core conditions measured (kept, unsaturated) rows below their wall
+        kw = {"measured": True} if core == "next" else {}
+        mu = result.mean_latency(test, **kw).values
+        pp = result.predict(test, **kw).values
+        ll = result.log_likelihood(test, **kw).values
         scores = heldout_scores(test["latency"].to_numpy(), mu, pp, ll)
         preds.append(_predictions(fold, f"specbayes {model}", test, mu, pp))
         diag = result.diagnostics()
@@ -283,6 +291,7 @@ def leave_n_out(
     n_jobs: int | None = None,
     scheduler=None,
     progress: bool = False,
+    core: str = "legacy",
 ) -> LeaveNOut:
     """Hold out ``n`` cells per (verifier, hardware), fit on the rest, score the held-out rows.
 
@@ -313,6 +322,8 @@ def leave_n_out(
         depend on it.
     progress : bool
         Show a progress bar over folds (tqdm, on stderr), advanced as folds complete.
+    core : {"legacy", "next"}
+        The model core (:func:`specbayes.fit.fit`).
     """
     table = sweeps if isinstance(sweeps, SweepTable) else validate_sweeps(sweeps)
     data = table.data.reset_index(drop=True)
@@ -341,7 +352,9 @@ def leave_n_out(
     results = map_tasks(
         _run_fold,
         jobs,
-        common=dict(data=data, model=model, sampler_config=sampler_config, methods=methods),
+        common=dict(
+            data=data, model=model, sampler_config=sampler_config, methods=methods, core=core
+        ),
         scheduler=scheduler,
         workers=n_jobs,
         progress=progress,

@@ -57,6 +57,7 @@ def test_anchored_design_dims(real_case):
         "log_c2_ratio",
         "share_logit",
         "tokens_logit",
+        "noise_growth",
     }
 
 
@@ -127,13 +128,15 @@ def test_collapsed_noise_matches_normal_mixture():
     from specbayes.model_next.likelihood import collapsed_logp
 
     y, mu, a, b = np.array([0.01, -0.02, 0.015]), np.zeros(3), 1.5, 2e-4
+    log_w = np.array([0.0, 0.3, 0.7])  # row scales sigma * w_i (noise growing with load)
 
     def integrand(var):
-        return np.prod(stats.norm.pdf(y, mu, np.sqrt(var))) * stats.invgamma.pdf(var, a, scale=b)
+        sd = np.sqrt(var) * np.exp(log_w)
+        return np.prod(stats.norm.pdf(y, mu, sd)) * stats.invgamma.pdf(var, a, scale=b)
 
     parts = [integrate.quad(integrand, lo, hi, limit=200)[0] for lo, hi in ((0, 1e-3), (1e-3, 1.0))]
     expect = np.log(sum(parts))
-    got = float(collapsed_logp(y, mu, a, b).eval())
+    got = float(collapsed_logp(y, mu, log_w, a, b).eval())
     np.testing.assert_allclose(got, expect, rtol=1e-6)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,18 @@ from scipy.optimize import curve_fit
 from specbayes import laws
 from specbayes.data import validate_sweeps
 from specbayes.sim import EngineConfig, build_dataset, make_config, run_point, simulate_point
-from specbayes.sim.costs import EAGER_LAYER, LAYERS, WINDOW, attention_pairs, pass_time
+from specbayes.sim.costs import (
+    EAGER_LAYER,
+    GQA_GROUP,
+    KV_HEAD_TOKEN,
+    L2_BYTES,
+    LAYERS,
+    WINDOW,
+    attention_pairs,
+    kv_reread_factor,
+    pass_time,
+    unpacked_decode_pairs,
+)
 from specbayes.sim.routing import coverage_cap, routing_table, sample_distinct_experts
 from specbayes.sim.sweep import sweep_config
 
@@ -409,3 +421,62 @@ def test_tensor_parallel_divides_work_and_adds_all_reduce():
     assert 0.5 * one["itl"] < two["itl"] < 0.75 * one["itl"]
     cfg = make_config("Qwen3-32B", tp=2, **kw)
     assert cfg.n_blocks > make_config("Qwen3-32B", tp=1, **kw).n_blocks * 2  # weights split
+
+
+def test_fa2_reads_the_kv_once_per_query_head_past_the_l2_cache():
+    """A100 (FlashAttention 2): a step whose longest query is > 1 re-reads each KV head per
+    query head of its group once the batch's KV of one head outgrows the L2 cache."""
+    a100 = make_config("Qwen3-8B", hardware="A100", k=3, alpha=0.7)
+    h100 = make_config("Qwen3-8B", hardware="H100", k=3, alpha=0.7)
+    g = a100.vcost[GQA_GROUP]
+    assert g == 4  # 32 query heads / 8 KV heads
+    per_token = a100.vcost[KV_HEAD_TOKEN]  # K and V of one head, one layer: 2 * 128 * 2 bytes
+    assert per_token == 512
+    fits = a100.vcost[L2_BYTES] / per_token  # context tokens whose KV head fits in the L2
+    assert kv_reread_factor(a100.vcost, 0.5 * fits) == 1.0
+    assert kv_reread_factor(a100.vcost, 2.0 * fits) == pytest.approx(1 + (g - 1) * 0.5)
+    assert kv_reread_factor(a100.vcost, 1e6 * fits) == pytest.approx(g, rel=1e-5)
+    assert kv_reread_factor(h100.vcost, 1e6 * fits) == 1.0  # FlashAttention 3 packs GQA
+    # the verifier's query tile is 64 rows, whatever the k + 1 real queries
+    assert unpacked_decode_pairs(a100.vcost, 1000.0, 2.0, 4.0) == 64 * (1000 + 8)
+    assert unpacked_decode_pairs(h100.vcost, 1000.0, 2.0, 4.0) == 4 * (1000 + 2 * 2.5)
+    # a model vLLM serves with another backend on Ampere (gpt-oss: Triton, sinks) is packed
+    assert make_config("gpt-oss-20b", hardware="A100").vcost[L2_BYTES] == 0.0
+
+
+def test_fa2_costs_speculation_not_single_token_decoding():
+    """On the A100 the unpacked kernel slows SD steps; a dense request alone (one-token decode
+    queries, prefill steps without decodes) costs exactly what the packed kernel costs."""
+    kw = dict(hardware="A100", prefill=1024, decode=256)
+    packed = {}
+    for k in (0, 3):
+        cfg = make_config("Qwen3-8B", k=k, alpha=0.7 if k else None, **kw)
+        vc, dc = cfg.vcost.copy(), cfg.dcost.copy()
+        vc[L2_BYTES] = dc[L2_BYTES] = 0.0
+        alt = replace(cfg, vcost=vc, dcost=dc)
+        packed[k] = [run_point(c, "synchronous", n_requests=6)["latency"] for c in (cfg, alt)]
+        packed[k] += [
+            run_point(c, "concurrent", concurrency=96, n_requests=300)["latency"]
+            for c in (cfg, alt)
+        ]
+    assert packed[0][0] == pytest.approx(packed[0][1], rel=1e-12)
+    assert packed[3][0] > packed[3][1]  # 64-row tiles cost compute even for one sequence
+    assert packed[3][2] > 1.15 * packed[3][3]  # at N = 96 the KV re-reads and tiles dominate
+    assert packed[0][2] < 1.05 * packed[0][3]  # dense pays only in steps with a prefill chunk
+
+
+def test_a100_paper_cell_loses_the_gain_with_load():
+    """The paper's cell (Qwen3-8B, 1024 x 1024, EAGLE-3) on the A100: C2R > 1 at alpha 0.8."""
+    from specbayes.sim.properties import fit_per_config, sd_ratios
+
+    rows = []
+    for hw in ("A100-SXM-80GB", "H100-SXM"):
+        for k in (0, 2):
+            cfg = make_config(
+                "Qwen3-8B", hardware=hw, prefill=1024, decode=1024, k=k, alpha=0.8 if k else None
+            )
+            rows += sweep_config(cfg, seed=0)
+    r = sd_ratios(fit_per_config(pd.DataFrame(rows))).set_index("hardware")
+    assert r.loc["A100-SXM-80GB", "c2r"] > 1.0
+    assert r.loc["A100-SXM-80GB", "c1r"] < 1.0
+    assert r.loc["A100-SXM-80GB", "c2r"] > r.loc["H100-SXM", "c2r"] + 0.2

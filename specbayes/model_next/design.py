@@ -168,6 +168,12 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
     alpha = sweeps["alpha"].to_numpy(float)
     if structure == "pooled" and np.isnan(alpha[sd]).any():
         raise NotImplementedError("pooled structure with unknown alpha is not built yet")
+    per_unit = sweeps.iloc[sd].groupby("unit")["drafter"].nunique()
+    if structure == "pooled" and (per_unit > 1).any():
+        raise NotImplementedError(
+            "pooled structure with several drafters per workload is not built yet: "
+            f"{list(per_unit.index[per_unit > 1])}"
+        )
     coords = {
         "obs": np.arange(len(data)),
         "sweep": list(sweeps.index),

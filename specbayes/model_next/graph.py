@@ -34,7 +34,12 @@ import pytensor.tensor as pt
 from specbayes import laws
 from specbayes.model_next.design import Design
 from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
-from specbayes.model_next.likelihood import collapsed_logp, collapsed_random, log_mean_latency
+from specbayes.model_next.likelihood import (
+    collapsed_logp,
+    collapsed_random,
+    log_mean_latency,
+    log_row_scale,
+)
 from specbayes.model_next.priors import merge_priors
 
 
@@ -69,19 +74,21 @@ def build_model(design: Design, priors: dict | None = None) -> pm.Model:
         log_c1 = pm.Deterministic("log_c1", log_c1, dims="sweep")
         log_c2 = pm.Deterministic("log_c2", log_c2, dims="sweep")
 
-        # likelihood: the latency law, multiplicative noise of variance sigma^2 ~ IG(a, b),
-        # integrated out (sigma is drawn from its exact conditional after sampling)
+        # likelihood: the latency law, multiplicative noise of scale sigma (1 - x)^-growth with
+        # sigma^2 ~ IG(a, b) integrated out (drawn from its exact conditional after sampling)
         mu = pm.Deterministic(
             "mu", log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed), dims="obs"
         )
+        growth = pm.HalfNormal("noise_growth", **pr["noise_growth"])
         pm.CustomDist(
             "log_latency",
             mu,
+            log_row_scale(mu, log_c1[sweep], growth),
             pt.as_tensor(np.float64(pr["noise"]["alpha"])),
             pt.as_tensor(np.float64(pr["noise"]["beta"])),
             logp=collapsed_logp,
             random=collapsed_random,
-            signature="(n),(),()->(n)",
+            signature="(n),(n),(),()->(n)",
             observed=design.log_latency,
             dims="obs",
         )
@@ -118,6 +125,7 @@ def anchored_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tens
     )
     log_c1, log_c2 = log_c1u[design.sweep_unit], log_c2u[design.sweep_unit]
     if len(design.sd) == 0:
+        _verifier_split(pr, log_c1u, log_c2u, design.decode[units], 1.0)
         return log_c1, log_c2
 
     sd, su = design.sd, design.sweep_unit[design.sd]
@@ -135,8 +143,7 @@ def anchored_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tens
     )
     log_c1 = pt.set_subtensor(log_c1[sd], log_c1u[su] + ratio_1)
     log_c2 = pt.set_subtensor(log_c2[sd], log_c2u[su] + ratio_2)
-    if design.level == "sd":
-        _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floor)
+    _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floor)
     return log_c1, log_c2
 
 
@@ -147,10 +154,8 @@ def _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floo
     bound = (ratios - floor[:, None]) / (1.0 - floor[:, None])
     member = su[None, :] == np.arange(len(design.unit_dense))[:, None]  # (unit, sd_sweep)
     share_max = pt.minimum(1.0, pt.min(pt.where(member[:, :, None], bound[None], 1.0), axis=1))
-    eta = pm.Normal("share_logit", **pr["share_logit"], dims=("unit", "cost"))
-    share = pm.Deterministic(
-        "prefill_share", share_max * pm.math.sigmoid(eta), dims=("unit", "cost")
-    )
+    g_u = design.decode[design.unit_dense]
+    share, c_p, c_v = _verifier_split(pr, log_c1u, log_c2u, g_u, share_max)
     rho = (ratios - share[su]) / (1.0 - share[su])  # per-token SD/dense cost ratio
 
     unknown = ~np.isfinite(design.alpha[sd])
@@ -162,13 +167,28 @@ def _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floo
         tokens = pt.set_subtensor(tokens[unknown], e_lo + (k1 - e_lo) * pm.math.sigmoid(zeta))
     tokens = pm.Deterministic("tokens_per_cycle", tokens, dims="sd_sweep")
 
-    c_dense = pt.stack([pt.exp(log_c1u), pt.exp(log_c2u)], axis=1)  # (unit, cost)
-    g_u = design.decode[design.unit_dense][:, None]
-    c_p, c_v = share * c_dense, (1.0 - share) * c_dense / g_u
     k = design.k[sd][:, None]
     c_d = (rho * tokens[:, None] / q[:, None] - 1.0) * c_v[su] / k
     coefs = pt.stack([c_p[su, 0], c_v[su, 0], c_d[:, 0], c_p[su, 1], c_v[su, 1], c_d[:, 1]], axis=1)
     pm.Deterministic("coefficients", coefs, dims=("sd_sweep", "coef"))
+
+
+def _verifier_split(pr: dict, log_c1u, log_c2u, g_u: np.ndarray, share_max):
+    r"""A unit's verifier coefficients from its dense costs and prefill share :math:`\pi_j`:
+    :math:`c_{jp} = \pi_j C_{ju}`, :math:`c_{jv} = (1 - \pi_j) C_{ju}/g_u`, with
+    :math:`\pi_j = \pi^\max_j\,\mathrm{logistic}(\eta_j)` a prior-only position (one dense
+    sweep does not split its fixed cost between the prefill and the decode steps)."""
+    eta = pm.Normal("share_logit", **pr["share_logit"], dims=("unit", "cost"))
+    share = pm.Deterministic(
+        "prefill_share", share_max * pm.math.sigmoid(eta), dims=("unit", "cost")
+    )
+    c_dense = pt.stack([pt.exp(log_c1u), pt.exp(log_c2u)], axis=1)  # (unit, cost)
+    c_p, c_v = share * c_dense, (1.0 - share) * c_dense / g_u[:, None]
+    pm.Deterministic(
+        "unit_coef", pt.stack([c_p[:, 0], c_v[:, 0], c_p[:, 1], c_v[:, 1]], axis=1),
+        dims=("unit", "coef_v"),
+    )  # fmt: skip
+    return share, c_p, c_v
 
 
 def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.TensorVariable]:
@@ -221,10 +241,33 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
         full["c2p"], full["c2v"], full.get("c2d", 0.0),
         design.decode, np.where(np.isfinite(design.alpha), design.alpha, 0.5), design.k,
     )  # fmt: skip
-    tau = pm.HalfNormal("tau", **pr["tau"], dims="cost")
-    log_c1 = pm.Normal("log_c1_sweep", pt.log(c1_eff), tau[0], dims="sweep")
-    log_c2 = _below_wall("log_c2_sweep", pt.log(c2_eff), tau[1], wall=design.log_wall, dims="sweep")
+    # C1's deviation scale is learned; C2's is a fixed jitter: under the noise growth the
+    # rows do not resolve a configuration's C2 beyond its decomposition (learned, its scale
+    # sat near 0 and mixed at bulk ESS 45-78 on the demo), yet the jitter keeps the wall a
+    # bound of C2's prior, not a NaN of the coefficients'
+    tau_c1 = pm.Gamma("tau_c1", **pr["tau"])
+    tau = pm.Deterministic("tau", pt.stack([tau_c1, pr["c2_jitter"]]), dims="cost")
+    centred = pr["centred_sweeps"]
+    log_c1 = _sweep_level("log_c1_sweep", pt.log(c1_eff), tau[0], None, centred["C1"])
+    log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), tau[1], design.log_wall, centred["C2"])
     return log_c1, log_c2
+
+
+def _sweep_level(name: str, loc, tau, wall: np.ndarray | None, centred: bool):
+    r"""A sweep's log cost :math:`\mathcal N(\mathrm{loc}, \tau)`, truncated above at ``wall``.
+
+    Centred, or as :math:`\mathrm{loc} + \tau z` with :math:`z` truncated at
+    :math:`(\mathrm{wall} - \mathrm{loc})/\tau` — the same distribution, another geometry: the
+    non-centred form suits a sweep whose rows pin its cost less tightly than ``tau`` does.
+    """
+    if wall is None or np.all(np.isinf(wall)):
+        if centred:
+            return pm.Normal(name, loc, tau, dims="sweep")
+        return loc + tau * pm.Normal(f"{name}_z", 0.0, 1.0, dims="sweep")
+    if centred:
+        return pm.TruncatedNormal(name, loc, tau, upper=wall, dims="sweep")
+    z = pm.TruncatedNormal(f"{name}_z", 0.0, 1.0, upper=(wall - loc) / tau, dims="sweep")
+    return loc + tau * z
 
 
 def _scatter(values, columns: list[int], size: int):

@@ -40,23 +40,34 @@ def _pt_exp(x: Any) -> Any:
     return pt.exp(x)
 
 
+def log_row_scale(mu: Any, log_c1: Any, growth: Any) -> Any:
+    r"""Log noise scale of each row relative to :math:`\sigma`:
+    :math:`\log w = -\gamma \log h = \gamma(\mu - \log C_1)`, i.e.
+    :math:`w = (1 - x)^{-\gamma}` with :math:`x` the row's utilisation — a queue near
+    saturation averages fewer independent waits per request, so its mean latency is
+    noisier (``growth`` :math:`\gamma \ge 0`; 0 is constant noise)."""
+    return growth * (mu - log_c1)
+
+
 def log_density(y: Any, mu: Any, sigma: Any) -> Any:
-    r"""Pointwise log density :math:`\log\mathcal N(\log L \mid \mu, \sigma)` (NumPy)."""
+    r"""Pointwise log density :math:`\log\mathcal N(\log L \mid \mu, \sigma)` (NumPy);
+    ``sigma`` is the row's own scale :math:`\sigma w`."""
     z = (np.asarray(y) - mu) / sigma
     return -0.5 * z * z - np.log(sigma) - 0.5 * np.log(2.0 * np.pi)
 
 
-def collapsed_logp(value: Any, mu: Any, a: Any, b: Any) -> Any:
+def collapsed_logp(value: Any, mu: Any, log_w: Any, a: Any, b: Any) -> Any:
     r"""Log marginal density of the rows with the noise variance integrated out.
 
     With :math:`\sigma^2 \sim \mathrm{InverseGamma}(a, b)` and
-    :math:`y_i \mid \mu, \sigma \sim \mathcal N(\mu_i, \sigma)` for the :math:`n` rows,
+    :math:`y_i \mid \mu, \sigma \sim \mathcal N(\mu_i, \sigma w_i)` for the :math:`n` rows
+    (:func:`log_row_scale`), and :math:`r_i = (y_i - \mu_i)/w_i`,
 
     .. math::
 
-        \log p(y \mid \mu) = \log\Gamma(a + n/2) - \log\Gamma(a) + a\log b
-        - (a + n/2)\log\big(b + \tfrac12 \textstyle\sum_i (y_i - \mu_i)^2\big)
-        - \tfrac n2 \log 2\pi
+        \log p(y \mid \mu, w) = \log\Gamma(a + n/2) - \log\Gamma(a) + a\log b
+        - (a + n/2)\log\big(b + \tfrac12 \textstyle\sum_i r_i^2\big)
+        - \textstyle\sum_i \log w_i - \tfrac n2 \log 2\pi
 
     and :math:`\sigma^2 \mid \mu, y \sim \mathrm{InverseGamma}(a + n/2, b + \tfrac12\sum r^2)`
     (:func:`draw_sigma`): the sampler never sees the :math:`\sigma`–cost funnel that a sweep
@@ -66,7 +77,7 @@ def collapsed_logp(value: Any, mu: Any, a: Any, b: Any) -> Any:
     import pytensor.tensor as pt
 
     n = value.shape[-1]
-    r = value - mu
+    r = (value - mu) * pt.exp(-log_w)
     ss = pt.sum(r * r, axis=-1)
     half_n = 0.5 * n
     return (
@@ -74,19 +85,23 @@ def collapsed_logp(value: Any, mu: Any, a: Any, b: Any) -> Any:
         - pt.gammaln(a)
         + a * pt.log(b)
         - (a + half_n) * pt.log(b + 0.5 * ss)
+        - pt.sum(log_w, axis=-1)
         - half_n * np.log(2.0 * np.pi)
     )
 
 
-def collapsed_random(mu, a, b, rng=None, size=None):
-    """Draws of the rows: :math:`\\sigma^2 \\sim IG(a, b)`, then Normal around ``mu``."""
+def collapsed_random(mu, log_w, a, b, rng=None, size=None):
+    r"""Draws of the rows: :math:`\sigma^2 \sim IG(a, b)`, then Normal around ``mu``."""
     mu = np.asarray(mu)
     shape = tuple(size) if size is not None else mu.shape[:-1]
     var = b / rng.gamma(a, size=shape)
-    return mu + np.sqrt(var)[..., None] * rng.standard_normal((*shape, mu.shape[-1]))
+    eps = rng.standard_normal((*shape, mu.shape[-1]))
+    return mu + np.sqrt(var)[..., None] * np.exp(log_w) * eps
 
 
-def draw_sigma(y: np.ndarray, mu: np.ndarray, a: float, b: float, rng) -> np.ndarray:
-    r"""Exact posterior draws of :math:`\sigma` given each draw of ``mu`` (..., obs)."""
-    ss = np.sum((y - mu) ** 2, axis=-1)
+def draw_sigma(
+    y: np.ndarray, mu: np.ndarray, log_w: np.ndarray, a: float, b: float, rng
+) -> np.ndarray:
+    r"""Exact posterior draws of :math:`\sigma` given each draw of ``mu``, ``log_w`` (..., obs)."""
+    ss = np.sum(((y - mu) * np.exp(-log_w)) ** 2, axis=-1)
     return np.sqrt((b + 0.5 * ss) / rng.gamma(a + 0.5 * y.shape[-1], size=ss.shape))

@@ -47,6 +47,11 @@ Both
         multiplicative observation noise (log latency); weak: its density is within ~2.5
         nats over :math:`\sigma \in (0.003, 0.05)`. It is integrated out of the sampled
         density (:func:`specbayes.model_next.likelihood.collapsed_logp`).
+    ``noise_growth``
+        HalfNormal scale of :math:`\gamma` in the row's noise scale
+        :math:`\sigma (1 - x)^{-\gamma}` (:math:`x`: its utilisation). With constant noise a
+        sweep's most loaded row, which alone pins its :math:`C_2`, is as precise as the
+        idle ones; on the demo 21 of 504 rows then had Pareto k > 0.7 in ``az.loo``.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ DRAFTER_COEFS = ("c1d", "c2d")
 
 DEFAULT_PRIORS: dict[str, dict] = {
     "noise": {"alpha": 1.0, "beta": 5e-5},
+    "noise_growth": {"sigma": 0.5},
     # anchored
     "log_c1_dense": {"mu": np.log(2.0), "sigma": 2.0},
     "log_c2_dense": {"mu": np.log(0.02), "sigma": 2.5},
@@ -79,11 +85,13 @@ DEFAULT_PRIORS: dict[str, dict] = {
     },
     "trend": {"mu": 1.0, "sigma": 0.5},
     "cell_sd": {"alpha": 2.0, "beta": 20.0},
-    "tau": {"sigma": 0.1},
+    "tau": {"alpha": 2.0, "beta": 100.0},
+    "c2_jitter": 0.005,
     # parametrisation (a transform of the same model, not a different one)
     "centred_cells": True,
+    "centred_sweeps": {"C1": False, "C2": False},
     # coefficients with a per-cell deviation (the others follow their group and trend)
-    "cell_coefs": ("c2v", "c2d"),
+    "cell_coefs": ("c2v",),
 }
 
 

@@ -34,7 +34,12 @@ def compile_model(model: pm.Model):
 
 
 def sample(
-    model: pm.Model, seed: int, compiled=None, sampler: str = "nutpie", **overrides
+    model: pm.Model,
+    seed: int,
+    compiled=None,
+    progress: bool = False,
+    sampler: str = "nutpie",
+    **overrides,
 ) -> tuple[az.InferenceData, dict]:
     """Sample ``model`` with :data:`SAMPLER_CONFIG` (``overrides`` for experiments only).
 
@@ -48,7 +53,7 @@ def sample(
     """
     config = {**SAMPLER_CONFIG, **overrides}
     if sampler == "numpyro":
-        return _sample_numpyro(model, seed, config)
+        return _sample_numpyro(model, seed, config, progress)
     if sampler != "nutpie":
         raise ValueError(f"sampler must be 'nutpie' or 'numpyro', got {sampler!r}")
     import nutpie
@@ -56,13 +61,15 @@ def sample(
     start = time.perf_counter()
     compiled = compiled if compiled is not None else compile_model(model)
     mid = time.perf_counter()
-    idata = nutpie.sample(compiled, seed=seed, progress_bar=False, **config)
+    idata = nutpie.sample(compiled, seed=seed, progress_bar=progress, **config)
     add_sigma(idata, model, seed)
     end = time.perf_counter()
     return idata, {"compile_s": mid - start, "sample_s": end - mid}
 
 
-def _sample_numpyro(model: pm.Model, seed: int, config: dict) -> tuple[az.InferenceData, dict]:
+def _sample_numpyro(
+    model: pm.Model, seed: int, config: dict, progress: bool
+) -> tuple[az.InferenceData, dict]:
     from specbayes.parallel import jax_chain_method
 
     method = jax_chain_method(config["chains"])
@@ -74,7 +81,7 @@ def _sample_numpyro(model: pm.Model, seed: int, config: dict) -> tuple[az.Infere
             random_seed=seed,
             nuts_sampler="numpyro",
             nuts_sampler_kwargs={"chain_method": method},
-            progressbar=False,
+            progressbar=progress,
             compute_convergence_checks=False,
         )
     add_sigma(idata, model, seed)
@@ -84,15 +91,21 @@ def _sample_numpyro(model: pm.Model, seed: int, config: dict) -> tuple[az.Infere
 def add_sigma(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     r"""Add exact posterior draws of the noise scale :math:`\sigma` (integrated out of the
     sampled density) to ``idata.posterior``: one from
-    :math:`\sigma^2 \mid \mu, y \sim IG(a + n/2, b + \tfrac12\sum (y - \mu)^2)` per draw."""
-    from specbayes.model_next.likelihood import draw_sigma
+    :math:`\sigma^2 \mid \mu, y \sim IG(a + n/2, b + \tfrac12\sum r^2)`,
+    :math:`r = (y - \mu)/w`, per draw (:func:`~specbayes.model_next.likelihood.draw_sigma`)."""
+    from specbayes.model_next.likelihood import draw_sigma, log_row_scale
 
     obs = model["log_latency"]
     y = np.asarray(model.rvs_to_values[obs].data)
     a, b = (float(x.eval()) for x in obs.owner.inputs[-2:])
-    mu = idata.posterior["mu"].values
+    post = idata.posterior
+    sweep = np.asarray(model["obs_sweep"].get_value())
+    mu = post["mu"].values
+    log_w = log_row_scale(
+        mu, post["log_c1"].values[..., sweep], post["noise_growth"].values[..., None]
+    )
     rng = np.random.default_rng(seed)
-    idata.posterior["sigma"] = (("chain", "draw"), draw_sigma(y, mu, a, b, rng))
+    idata.posterior["sigma"] = (("chain", "draw"), draw_sigma(y, mu, log_w, a, b, rng))
 
 
 def health(idata: az.InferenceData, model: pm.Model) -> dict:

@@ -36,7 +36,11 @@ GEMMs and the attention — where
 * with ``tp > 1`` each layer does two all-reduces of :math:`T h` activations (ring:
   :math:`2(tp-1)/tp` of the bytes over half the NVLink bandwidth, plus a fixed latency);
 * :math:`t_\mathrm{step}` (per pass) and :math:`t_\mathrm{seq}` (per scheduled sequence) are
-  CPU/launch overheads of the engine — assumptions, see :class:`EngineConfig`.
+  CPU/launch overheads of the engine — assumptions, see :class:`EngineConfig`;
+* on GPUs where vLLM runs FlashAttention 2 (the A100), the engine scales the decode KV
+  bytes by :func:`kv_reread_factor` and replaces the decode pairs by
+  :func:`unpacked_decode_pairs` in steps whose longest query is > 1 (speculative
+  verification, prefill chunks): that kernel packs the GQA group only for one-token queries.
 
 The parameters live in a flat float64 vector (indices below) so the numba engine can use
 them; :func:`pass_time` is the one implementation, callable from Python and from the engine.
@@ -73,7 +77,10 @@ SEQ_OVERHEAD = 14  # seconds per scheduled sequence
 OVERLAP = 15  # overlap of memory and compute time within a kernel class (1 = pure roofline max)
 LAYERS = 16  # decoder layers (for the per-layer launch cost of a pass run without a CUDA graph)
 EAGER_LAYER = 17  # seconds per layer of a pass run without a CUDA graph
-N_COST = 18
+GQA_GROUP = 18  # query heads per KV head (1 = multi-head attention)
+KV_HEAD_TOKEN = 19  # KV bytes of one token, one KV head, one layer (K and V)
+L2_BYTES = 20  # last-level cache per GPU; 0 = attention packs the GQA group at every query length
+N_COST = 21
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,7 @@ def cost_vector(
     seq_overhead_s: float,
     overlap: float = 0.5,
     eager_layer_s: float = 0.0,
+    unpacked_gqa_l2_bytes: float = 0.0,
 ) -> np.ndarray:
     """The flat cost vector of one network (verifier or drafter) on ``tp`` GPUs of ``hw``.
 
@@ -181,6 +189,9 @@ def cost_vector(
         Fraction of the smaller of memory and compute time hidden under the larger.
     eager_layer_s : float
         Launch cost per layer of a pass run without a CUDA graph (added by the engine).
+    unpacked_gqa_l2_bytes : float
+        L2 cache of a GPU whose attention kernel packs the GQA group only for one-token
+        queries (FlashAttention 2, see :func:`kv_reread_factor`); ``0`` = always packed.
 
     Returns
     -------
@@ -211,7 +222,67 @@ def cost_vector(
     c[OVERLAP] = overlap
     c[LAYERS] = float(geom.layers)
     c[EAGER_LAYER] = eager_layer_s
+    # query heads per KV head on one GPU (KV heads are replicated when tp > kv_heads)
+    c[GQA_GROUP] = max(1.0, (geom.q_heads / tp) / geom.kv_heads_per_gpu(tp))
+    c[KV_HEAD_TOKEN] = 2.0 * geom.head_dim * geom.kv_bytes
+    c[L2_BYTES] = unpacked_gqa_l2_bytes
     return c
+
+
+# FlashAttention 2's paged-KV path always runs the split-KV kernel (``run_mha_fwd(params,
+# stream, paged_KV)``), whose query tile is ``kBlockM = 64`` rows "for all head dimensions"
+# (``csrc/flash_attn/src/flash_fwd_launch_template.h``, ``run_mha_fwd_splitkv_dispatch``).
+FA2_TILE_M = 64.0
+
+
+@njit(cache=True)
+def unpacked_decode_pairs(c, ctx_dec, n_dec, q):
+    r"""Attention (query, key) pairs a FA2 step *computes* for decode sequences of ``q`` queries.
+
+    Unpacked (:func:`kv_reread_factor`), every query head of a sequence runs its own tile of
+    ``kBlockM = 64`` query rows, of which only ``q`` are real; the tensor cores multiply the
+    whole tile, so the step computes :math:`64\lceil q/64\rceil (s_i + q)` pairs per sequence
+    instead of :math:`q\,(s_i + (q + 1)/2)`. Returns the real pairs when the GPU packs GQA.
+    """
+    if c[L2_BYTES] <= 0.0 or c[GQA_GROUP] <= 1.0:
+        return q * (ctx_dec + n_dec * (q + 1) / 2.0)
+    rows = FA2_TILE_M * np.ceil(q / FA2_TILE_M)
+    return rows * (ctx_dec + n_dec * q)
+
+
+@njit(cache=True)
+def kv_reread_factor(c, ctx_dec):
+    r"""How many times the decode KV cache is read from HBM in a step whose longest query > 1.
+
+    FlashAttention 2 (vLLM's kernel on Ampere) packs the ``G`` query heads of a KV head
+    into one tile — reading each KV head once — only when every query of the batch has
+    length 1 (``seqlenq_ngroups_swapped = max_seqlen_q == 1 && num_heads > num_heads_k``
+    in ``mha_varlen_fwd``, vllm-project/flash-attention ``csrc/flash_attn/flash_api.cpp``
+    at 04325b67; the same branch is the only one that enables split-KV; vLLM V1's
+    ``v1/attention/backends/flash_attn.py`` names "special max_query_len=1 packed-GQA
+    handling in FA2"). A speculative verification step (``k + 1`` queries per sequence),
+    or any step carrying a prefill chunk, launches one thread block per *query* head,
+    each streaming the KV of its group's head: ``G`` reads of every KV byte. The grid
+    orders heads outermost (``grid(m_blocks, batch, heads)``), so the next read of a
+    sequence's KV head comes after the KV of all ``B`` sequences for that head, a working
+    set :math:`W = \sum_i s_i \cdot b_{head}` per layer; the re-reads hit the L2 cache
+    while it holds ``W``. ASSUMPTION: a miss fraction :math:`m = \max(0, 1 - L_2/W)`,
+
+    .. math::  f = 1 + (G - 1)\,m .
+
+    Returns 1 for GPUs whose kernel packs the group at every query length (FlashAttention 3
+    on Hopper packs GQA for every varlen/paged call, ``hopper/flash_api.cpp``
+    ``get_pack_gqa``), for multi-head attention, and for an empty batch.
+    """
+    l2 = c[L2_BYTES]
+    g = c[GQA_GROUP]
+    if l2 <= 0.0 or g <= 1.0 or ctx_dec <= 0.0:
+        return 1.0
+    w = ctx_dec * c[KV_HEAD_TOKEN]
+    miss = 1.0 - l2 / w
+    if miss <= 0.0:
+        return 1.0
+    return 1.0 + (g - 1.0) * miss
 
 
 @njit(cache=True)

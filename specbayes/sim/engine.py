@@ -24,7 +24,11 @@ accepted drafts, is drawn i.i.d.: draft ``j`` is accepted with probability ``alp
 drafts ``1..j-1`` were (forced acceptance, as the paper forced vLLM's rejection sampler).
 
 Step time = verifier pass (:func:`costs.pass_time` over the scheduled tokens; MoE: distinct
-experts drawn from the routing table for the step's token count), plus the per-layer launch
+experts drawn from the routing table for the step's token count; on a GPU whose attention
+kernel packs the GQA group only for one-token queries — FlashAttention 2, the A100 — a step
+whose longest query is > 1 reads the decode sequences' KV once per query head past the L2
+cache and computes 64-row query tiles, :func:`costs.kv_reread_factor`,
+:func:`costs.unpacked_decode_pairs`), plus the per-layer launch
 cost when the step is larger than the CUDA-graph limit (vLLM: ``max_cudagraph_capture_size``,
 default ``min(2·max_num_seqs·(1 + k), 512)`` tokens; larger steps run without a graph), plus
 the drafter, as vLLM V1 runs it (``vllm/v1/spec_decode/llm_base_proposer.py`` ``propose``,
@@ -54,7 +58,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from specbayes.sim.costs import EAGER_LAYER, LAYERS, pass_time
+from specbayes.sim.costs import (
+    EAGER_LAYER,
+    LAYERS,
+    kv_reread_factor,
+    pass_time,
+    unpacked_decode_pairs,
+)
 
 # indices of the stats vector returned by the kernel
 S_PREEMPT = 0
@@ -253,13 +263,19 @@ def _simulate(
                 experts = moe_table[n_tok, np.random.randint(0, table_cols)]  # noqa: NPY002 (numba: per-thread legacy RNG)
             else:
                 experts = moe_full
+        # longest query > 1 (verification or a prefill chunk): FA2 reads the KV per query head
+        f_kv = 1.0
+        v_pairs = pairs + pairs_pre
+        if q_dec > 1 or tok_pre > n_pre:
+            f_kv = kv_reread_factor(vcost, ctx_dec)
+            v_pairs = unpacked_decode_pairs(vcost, ctx_dec, float(n_dec), float(q_dec)) + pairs_pre
         dt = pass_time(
             vcost,
             float(n_tok),
             float(n_dec * q_dec + n_pre),
-            ctx_dec + ctx_pre,
-            ctx_dec_sw + ctx_pre_sw,
-            pairs + pairs_pre,
+            ctx_dec * f_kv + ctx_pre,
+            ctx_dec_sw * f_kv + ctx_pre_sw,
+            v_pairs,
             experts,
             float(n_dec + n_pre),
         )
@@ -274,8 +290,9 @@ def _simulate(
                 n_q = n_dec * k
                 n_d = n_q + n_dec * q_dec + tok_pre
                 d_pairs = k * ctx_dec + n_dec * k * (k + 1) / 2.0 + pairs + pairs_pre
+                ctx_d1 = ctx_dec * kv_reread_factor(dcost, ctx_dec) + ctx_pre
                 dt += pass_time(
-                    dcost, float(n_d), float(n_q), ctx_d, 0.0, d_pairs, 0.0, float(n_dec)
+                    dcost, float(n_d), float(n_q), ctx_d1, 0.0, d_pairs, 0.0, float(n_dec)
                 )
                 if n_d > capture or not draft_graph:
                     dt += dcost[LAYERS] * dcost[EAGER_LAYER]
@@ -283,11 +300,14 @@ def _simulate(
                 # first pass over every token the verifier processed (k + 1 per decoding
                 # sequence + prefill), logits for one position per sequence
                 n_d = n_dec * q_dec + tok_pre
+                ctx_d1 = ctx_d
+                if q_dec > 1 or tok_pre > n_pre:
+                    ctx_d1 = ctx_dec * kv_reread_factor(dcost, ctx_dec) + ctx_pre
                 dt += pass_time(
                     dcost,
                     float(n_d),
                     float(n_dec),
-                    ctx_d,
+                    ctx_d1,
                     0.0,
                     pairs + pairs_pre,
                     0.0,

@@ -163,6 +163,7 @@ def make_config(
         raise ValueError(
             f"max_num_batched_tokens ({engine.max_num_batched_tokens}) must be >= k + 1"
         )
+    l2_unpacked = _unpacked_gqa_l2(hw, vmodel)
     vcost = cost_vector(
         vgeom,
         hw,
@@ -171,6 +172,7 @@ def make_config(
         seq_overhead_s=engine.seq_overhead_s,
         overlap=engine.roofline_overlap,
         eager_layer_s=engine.eager_layer_overhead_s,
+        unpacked_gqa_l2_bytes=l2_unpacked,
     )
     if dgeom is not None:
         dcost = cost_vector(
@@ -181,6 +183,7 @@ def make_config(
             seq_overhead_s=engine.draft_seq_overhead_s,
             overlap=engine.roofline_overlap,
             eager_layer_s=engine.eager_layer_overhead_s,
+            unpacked_gqa_l2_bytes=l2_unpacked,
         )
     else:
         dcost = np.zeros_like(vcost)
@@ -228,6 +231,36 @@ def _drafting(dspec) -> tuple[bool, bool]:
     if mode not in ("autoregressive", "parallel"):
         raise ValueError(f"{dspec.path}: [sim] drafting must be 'autoregressive' or 'parallel'")
     return mode == "parallel", bool(extra.get("cuda_graph", True))
+
+
+def _unpacked_gqa_l2(hw, vmodel) -> float:
+    """L2 bytes of a GPU whose attention packs GQA only for one-token queries, else 0.
+
+    Read from the hardware file's optional ``[sim]`` table: ``attention = "fa2"`` (vLLM runs
+    FlashAttention 2 below compute capability 9.0, FlashAttention 3 on Hopper) with
+    ``l2_cache_mib``; see :func:`specbayes.sim.costs.kv_reread_factor`. Default: packed. A
+    verifier file's ``[sim] attention = "packed"`` overrides it (a model vLLM serves with
+    another backend there).
+    """
+    import tomllib
+
+    with vmodel.path.open("rb") as fh:
+        model_kernel = tomllib.load(fh).get("sim", {}).get("attention")
+    with hw.path.open("rb") as fh:
+        extra = tomllib.load(fh).get("sim", {})
+    kernel = extra.get("attention", "packed")
+    if model_kernel == "packed":
+        return 0.0
+    if model_kernel is not None:
+        raise ValueError(f"{vmodel.path}: [sim] attention may only be 'packed'")
+    if kernel not in ("packed", "fa2"):
+        raise ValueError(f"{hw.path}: [sim] attention must be 'packed' or 'fa2', got {kernel!r}")
+    if kernel == "packed":
+        return 0.0
+    l2 = float(extra.get("l2_cache_mib", 0.0))
+    if not l2 > 0.0:
+        raise ValueError(f"{hw.path}: [sim] attention = 'fa2' needs l2_cache_mib > 0")
+    return l2 * 2.0**20
 
 
 def _window_counts(n: int, warm: float, cool: float) -> tuple[int, int]:

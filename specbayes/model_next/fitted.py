@@ -1,0 +1,550 @@
+r"""A fit of the next model core: its posterior and one density for every evaluation.
+
+:func:`fit_next` samples :func:`~specbayes.model_next.graph.build_model` and returns a
+:class:`NextFit`, which answers the same questions as :class:`specbayes.fit.Fit`
+(``coefficients``, ``mean_latency``, ``predict``, ``log_likelihood``, ``alpha_draws``, health,
+``save``) so the planner and validation use either.
+
+One density. Every row's expected log latency is
+:func:`~specbayes.model_next.likelihood.log_mean_latency` of its configuration's costs
+:math:`(\log C_1, \log C_2)`, and its density is
+:math:`\mathcal N(\log L \mid \mu, \sigma_i)` (``likelihood.log_density``), the row's noise
+scale :math:`\sigma_i = \sigma (1 - x_i)^{-\gamma}` (``likelihood.log_row_scale``) with
+:math:`\sigma` drawn exactly from its conditional (``sampling.add_sigma``).
+A configuration the fit saw uses its sampled costs (the graph's ``log_c1``, ``log_c2``); an unseen
+one gets them from the coefficients through :func:`specbayes.laws.effective_costs` — for a
+cell the fit never saw, from the hierarchy
+(:func:`~specbayes.model_next.hierarchy.log_coefficients` with a fresh cell deviation) — plus a
+fresh sweep deviation of scale :math:`\tau` (pooled structure). The stored ``log_likelihood``
+and ``posterior_predictive`` groups are these functions evaluated on the fitted rows.
+
+Saturation. Rows the caller says were *measured* (``measured=True``: validation's held-out
+rows, kept because they were unsaturated) condition their configuration's :math:`C_2` below
+:math:`1/\lambda_\max` of those rows, as the graph does for the fitted rows; any other row at
+a load past its configuration's wall has :math:`\mu = \infty` (latency unbounded) in that
+draw, so saturation of new loads is a probability over draws.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+from scipy import stats
+
+from specbayes import __version__, laws
+from specbayes.data import SweepTable, sweep_labels, validate_sweeps
+from specbayes.model_next.design import Design, build_design, configuration_key
+from specbayes.model_next.graph import _unit_workload, build_model
+from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
+from specbayes.model_next.likelihood import log_density, log_mean_latency, log_row_scale
+from specbayes.model_next.priors import COEFS, merge_priors
+from specbayes.model_next.sampling import SAMPLER_CONFIG, health, sample
+
+__all__ = ["MODEL_ID", "NextFit", "fit_next", "load_next"]
+
+#: Written into every artefact of this core; :func:`specbayes.fit.load_fit` dispatches on it.
+MODEL_ID = "specbayes.model_next/1"
+
+
+def fit_next(
+    sweeps: pd.DataFrame | SweepTable,
+    level: str = "sd",
+    *,
+    priors: dict | None = None,
+    seed: int = 20260,
+    progress: bool = False,
+    structure: str | None = None,
+) -> NextFit:
+    """Fit the next model core to sweep rows with the one default sampler configuration.
+
+    Parameters
+    ----------
+    sweeps : DataFrame or SweepTable
+        Validated here (unknown alpha allowed) when a raw frame is given.
+    level : {"sd", "dense"}
+    priors : dict, optional
+        Overrides of :data:`specbayes.model_next.priors.DEFAULT_PRIORS`.
+    seed : int
+        Seeds the sampler, the noise scale's draws and the predictive group.
+    progress : bool
+        nutpie's progress bar.
+    structure : {"anchored", "pooled"}, optional
+        Forced structure (default: :func:`specbayes.model_next.design.choose_structure`).
+    """
+    table = (
+        sweeps
+        if isinstance(sweeps, SweepTable)
+        else validate_sweeps(sweeps, allow_unknown_alpha=True)
+    )
+    design = build_design(table, level, structure)
+    model = build_model(design, priors)
+    t0 = time.perf_counter()
+    idata, timing = sample(model, seed, progress=progress)
+    config = {
+        "level": level,
+        "structure": design.structure,
+        "priors": _jsonable_priors(priors or {}),
+        "sampler_config": {**SAMPLER_CONFIG, "seed": seed},
+        "wall_s": time.perf_counter() - t0,
+        **timing,
+    }
+    result = NextFit(idata, design, excluded=table.excluded, config=config, model=model)
+    result._attach_groups()
+    return result
+
+
+class NextFit:
+    """A fitted model of the next core (see the module docstring for what every method uses).
+
+    Attributes
+    ----------
+    idata : arviz.InferenceData
+        ``posterior`` (the model's named quantities, ``sigma``), ``log_likelihood`` and
+        ``posterior_predictive`` (``log_latency`` of the fitted rows), ``observed_data``,
+        ``constant_data`` (the fitted rows), ``excluded_data``, ``sample_stats``; attrs
+        ``model``, ``model_id``, ``config`` (JSON), ``specbayes_version``.
+    design : Design
+    model_name : str
+        The level (``"sd"`` or ``"dense"``).
+    data, excluded : DataFrame
+        Fitted rows; rows left out with their ``reason``.
+    """
+
+    def __init__(self, idata, design: Design, *, excluded, config: dict, model=None) -> None:
+        self.idata = idata
+        self.design = design
+        self.model_name = design.level
+        self.data = design.data
+        self.excluded = excluded
+        self.config = config
+        self._model = model
+        self._stacked: xr.Dataset | None = None
+
+    # -- the model and its draws ------------------------------------------------------------
+    @property
+    def model(self):
+        """The ``pm.Model`` (rebuilt from code after loading)."""
+        if self._model is None:
+            self._model = build_model(self.design, self.config.get("priors") or None)
+        return self._model
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["sampler_config"]["seed"])
+
+    @property
+    def alpha_inferred(self) -> bool:
+        return bool(len(self.design.coords["sd_unknown"]))
+
+    def _post(self) -> xr.Dataset:
+        if self._stacked is None:
+            stacked = self.idata.posterior.stack(sample=("chain", "draw"))
+            self._stacked = stacked.transpose("sample", ...)
+        return self._stacked
+
+    def _n(self) -> int:
+        return self._post().sizes["sample"]
+
+    # -- rows ---------------------------------------------------------------------------------
+    def _rows(self, rows: pd.DataFrame) -> pd.DataFrame:
+        """Rows with the columns every evaluation needs (cell, drafter, loop, configuration)."""
+        need = [c for c in ("verifier", "hardware", "prefill", "decode") if c not in rows]
+        if need:
+            raise ValueError(f"rows need the columns {need}")
+        rows = rows.reset_index(drop=True).copy()
+        if "k" not in rows:
+            rows["k"] = 0
+        if "cell" not in rows or rows["cell"].isna().any():
+            cell = rows["prefill"].round().astype(int).astype(str) + "x"
+            cell += rows["decode"].round().astype(int).astype(str)
+            rows["cell"] = rows["cell"].fillna(cell) if "cell" in rows else cell
+        if "drafter" not in rows:
+            rows["drafter"] = np.where(rows["k"] > 0, "", "none")
+        rows["drafter"] = rows["drafter"].fillna("none").astype(str)
+        rows.loc[rows["k"] == 0, "drafter"] = "none"
+        for c in ("concurrency", "alpha"):
+            if c not in rows:
+                rows[c] = np.nan
+        if "sweep" not in rows:
+            rows["sweep"] = sweep_labels(rows)
+        rows["_config"] = configuration_key(rows)
+        rows["_unit"] = rows["verifier"] + "|" + rows["hardware"] + "|" + rows["cell"]
+        return rows
+
+    def _check_drafter(self, where: str, units: list[int], drafter: str) -> None:
+        """The pooled structure has one drafter per workload: ``drafter`` must be it."""
+        d = self.design
+        fitted = sorted({d.drafter[s] for s in d.sd if d.sweep_unit[s] in units})
+        if drafter not in fitted and not (drafter == "" and len(fitted) == 1):
+            have = f"fitted with {fitted}" if fitted else "fitted without SD sweeps"
+            raise ValueError(f"{where}: {have}, not with drafter {drafter!r}")
+
+    # -- coefficients -------------------------------------------------------------------------
+    def coefficients(self, rows: pd.DataFrame, seed: int | None = None) -> xr.Dataset:
+        """Posterior draws of the six cycle coefficients per row (seconds), dims (sample, row).
+
+        A unit (verifier, hardware, cell) the fit saw uses its draws; in the pooled
+        structure an unseen cell of a fitted (verifier, hardware) gets the hierarchy's
+        prediction — trend plus a fresh cell deviation, one draw per cell shared by its rows.
+        Drafter coefficients are 0 on k = 0 rows.
+
+        Raises
+        ------
+        ValueError
+            Unknown verifier/hardware, a drafter the unit was not fitted with, or an unseen
+            cell of an anchored fit (one workload per unit: no trend to carry it).
+        """
+        rows = self._rows(rows)
+        d = self.design
+        units = d.coords["unit"]
+        n = self._n()
+        out = np.zeros((n, len(rows), len(COEFS)))
+        known = rows["_unit"].isin(units).to_numpy()
+        if (~known).any():
+            out[:, ~known] = self._new_cell_coefficients(rows[~known], seed)
+        for i in np.flatnonzero(known):
+            out[:, i] = self._unit_coefficients(units.index(rows.at[i, "_unit"]), rows.loc[i])
+        dense = (rows["k"] == 0).to_numpy()
+        out[:, dense, 2] = out[:, dense, 5] = 0.0
+        data = {c: (("sample", "row"), out[..., j]) for j, c in enumerate(COEFS)}
+        return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
+
+    def _unit_coefficients(self, unit: int, row: pd.Series) -> np.ndarray:
+        """(sample, coef) draws of one fitted unit's coefficients for ``row``'s drafter."""
+        d, post = self.design, self._post()
+        if d.structure == "pooled":
+            c = np.exp(post["log_coef"].values[:, unit, :])
+            full = np.zeros((c.shape[0], len(COEFS)))
+            full[:, [COEFS.index(x) for x in d.coords["coef"]]] = c
+            if row["k"] > 0:
+                self._check_drafter(d.coords["unit"][unit], [unit], row["drafter"])
+            return full
+        full = np.zeros((self._n(), len(COEFS)))
+        verifier = post["unit_coef"].values[:, unit, :]  # c1p, c1v, c2p, c2v
+        full[:, [0, 1, 3, 4]] = verifier
+        if row["k"] > 0:
+            full[:, [2, 5]] = self._anchored_drafter(unit, row["drafter"])
+        return full
+
+    def _anchored_drafter(self, unit: int, drafter: str) -> np.ndarray:
+        d = self.design
+        match = [i for i, s in enumerate(d.sd) if d.sweep_unit[s] == unit]
+        named = [i for i in match if d.drafter[d.sd[i]] == drafter or drafter == ""]
+        if len(named) != 1:
+            have = sorted({d.drafter[d.sd[i]] for i in match})
+            raise ValueError(
+                f"{d.coords['unit'][unit]}: no fitted SD sweep with drafter {drafter!r} "
+                f"(fitted: {have or 'none'})"
+            )
+        return self._post()["coefficients"].values[:, named[0], :][:, [2, 5]]
+
+    def _new_cell_coefficients(self, rows: pd.DataFrame, seed: int | None) -> np.ndarray:
+        """(sample, row, coef) draws for rows of cells the fit never saw (pooled only)."""
+        d, post = self.design, self._post()
+        groups = d.coords["group"]
+        group_of = (rows["verifier"] + "|" + rows["hardware"]).to_numpy()
+        unknown = sorted(set(group_of) - set(groups))
+        if unknown:
+            raise ValueError(f"the fit knows no (verifier|hardware) {unknown}; fitted: {groups}")
+        if d.structure != "pooled":
+            cells = sorted(set(rows["_unit"]))
+            raise ValueError(
+                f"{cells}: cells this fit never saw — an anchored fit (one workload per "
+                "verifier and GPU) has no cell trend; measure the cell or fit several cells"
+            )
+        spec = (rows["k"] > 0).to_numpy()
+        for g, drafter in set(zip(group_of[spec], rows.loc[spec, "drafter"], strict=True)):
+            members = list(np.flatnonzero(d.unit_group == groups.index(g)))
+            self._check_drafter(g, members, drafter)
+        coefs = d.coords["coef"]
+        new_units = sorted(set(rows["_unit"]))
+        unit_rows = rows.groupby("_unit")[["prefill", "decode"]].mean().loc[new_units]
+        _, centre = trend_covariates(*_unit_workload(d), coefs)
+        trend, _ = trend_covariates(unit_rows["prefill"], unit_rows["decode"], coefs, centre)
+        n = self._n()
+        slope = np.zeros((n, len(coefs)))
+        slope[:, [coefs.index(c) for c in d.coords["coef_t"]]] = post["trend"].values
+        cell_sd = np.zeros((n, len(coefs)))
+        cell_sd[:, [coefs.index(c) for c in post["coef_c"].values]] = post["cell_sd"].values
+        rng = np.random.default_rng([self.seed if seed is None else seed, 11])
+        z = rng.standard_normal((n, len(new_units), len(coefs)))
+        group = np.array([groups.index(u.rsplit("|", 1)[0]) for u in new_units])
+        log_c = log_coefficients(
+            post["coef_mu"].values, slope, cell_sd, z, group, trend
+        )  # (sample, new unit, coef)
+        idx = pd.Index(new_units).get_indexer(rows["_unit"])
+        full = np.zeros((n, len(rows), len(COEFS)))
+        full[..., [COEFS.index(c) for c in coefs]] = np.exp(log_c[:, idx, :])
+        return full
+
+    # -- costs and latency --------------------------------------------------------------------
+    def _alpha(self, rows: pd.DataFrame) -> np.ndarray:
+        """(sample, row) alpha: given, or the fit's inferred draws for its (unit, drafter)."""
+        alpha = np.broadcast_to(rows["alpha"].to_numpy(float), (self._n(), len(rows))).copy()
+        need = np.flatnonzero((rows["k"] > 0).to_numpy() & ~np.isfinite(alpha[0]))
+        for i in need:
+            r = rows.loc[i]
+            alpha[:, i] = self.alpha_draws(r["verifier"], r["drafter"], r["cell"], r["hardware"])
+        alpha[:, (rows["k"] == 0).to_numpy()] = 0.5  # unused: E = 1 at k = 0
+        return alpha
+
+    def _row_costs(
+        self, rows: pd.DataFrame, measured: bool, seed: int | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(sample, row) log costs: the sampled ones of fitted configurations, else from the
+        coefficients plus a fresh sweep deviation (pooled; C2 below the rows' wall when
+        ``measured``)."""
+        d, post = self.design, self._post()
+        sweep_of = pd.Index(d.coords["sweep"]).get_indexer(rows["_config"])
+        n = self._n()
+        log_c1, log_c2 = np.empty((n, len(rows))), np.empty((n, len(rows)))
+        seen = sweep_of >= 0
+        log_c1[:, seen] = post["log_c1"].values[:, sweep_of[seen]]
+        log_c2[:, seen] = post["log_c2"].values[:, sweep_of[seen]]
+        new = rows[~seen]
+        if len(new):
+            coef = self.coefficients(new, seed)
+            alpha = self._alpha(new)
+            c1, c2 = laws.effective_costs(
+                *(coef[c].values for c in COEFS), new["decode"].to_numpy(float), alpha,
+                new["k"].to_numpy(float),
+            )  # fmt: skip
+            n1, n2 = self._sweep_deviation(new, np.log(c2), measured, seed)
+            log_c1[:, ~seen] = np.log(c1) + n1
+            log_c2[:, ~seen] = np.log(c2) + n2
+        return log_c1, log_c2
+
+    def _sweep_deviation(self, new: pd.DataFrame, loc2, measured: bool, seed: int | None):
+        """Deviations of unseen configurations from the decomposition, one per configuration:
+        :math:`\\mathcal N(0, \\tau_j)`, the C2 one truncated at the measured rows' wall."""
+        if self.design.structure != "pooled":
+            return 0.0, 0.0
+        tau = self._post()["tau"].values  # (sample, cost)
+        configs, idx = np.unique(new["_config"].to_numpy(), return_inverse=True)
+        rng = np.random.default_rng([self.seed if seed is None else seed, 13])
+        n = self._n()
+        z1 = rng.standard_normal((n, len(configs)))[:, idx]
+        upper = np.full(len(new), np.inf)
+        if measured:
+            open_rps = new["rps"].where(new["concurrency"].isna())
+            wall = -np.log(open_rps.groupby(new["_config"]).transform("max").to_numpy(float))
+            upper = np.where(np.isfinite(wall), wall, np.inf)
+        # one standardised deviation per configuration, truncated at its tightest wall
+        z2 = np.empty((n, len(new)))
+        for j in range(len(configs)):
+            cols = np.flatnonzero(idx == j)
+            b = (np.min(upper[cols]) - loc2[:, cols[0]]) / tau[:, 1]
+            draw = stats.truncnorm.rvs(-np.inf, b, random_state=rng)
+            z2[:, cols] = draw[:, None]
+        return tau[:, :1] * z1, tau[:, 1:] * z2
+
+    def _log_mu(
+        self, rows: pd.DataFrame, measured: bool, seed: int | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(sample, row) expected log latency :math:`\\mu` (``inf`` past the wall) and the
+        rows' noise scale :math:`\\sigma (1 - x)^{-\\gamma}`."""
+        rows = self._rows(rows)
+        log_c1, log_c2 = self._row_costs(rows, measured, seed)
+        closed = rows["concurrency"].notna().to_numpy()
+        if "rps" not in rows and not closed.all():
+            raise ValueError("rows need rps (open loop) or concurrency (closed loop)")
+        load = np.where(closed, rows["concurrency"], rows.get("rps", np.nan)).astype(float)
+        with np.errstate(all="ignore"):
+            mu = log_mean_latency(log_c1, log_c2, load, closed)
+        mu = np.where(np.isnan(mu), np.inf, mu)  # past the wall: unbounded
+        return mu, self._row_sigma(mu, log_c1)
+
+    def _row_sigma(self, mu: np.ndarray, log_c1: np.ndarray) -> np.ndarray:
+        post = self._post()
+        growth = post["noise_growth"].values[:, None]
+        with np.errstate(all="ignore"):
+            return post["sigma"].values[:, None] * np.exp(log_row_scale(mu, log_c1, growth))
+
+    def mean_latency(
+        self, rows: pd.DataFrame, *, measured: bool = False, seed: int | None = None
+    ) -> xr.DataArray:
+        """Draws of the expected latency :math:`e^{\\mu}` (s) per row; ``inf`` where saturated."""
+        mu, _ = self._log_mu(rows, measured, seed)
+        return xr.DataArray(np.exp(mu), dims=("sample", "row"))
+
+    def predict(
+        self, rows: pd.DataFrame, seed: int | None = None, *, measured: bool = False
+    ) -> xr.DataArray:
+        """Posterior predictive latency draws (s): :math:`e^{\\mu + \\sigma_i\\varepsilon}`."""
+        mu, sigma = self._log_mu(rows, measured, seed)
+        rng = np.random.default_rng([self.seed if seed is None else seed, 3])
+        with np.errstate(all="ignore"):
+            out = np.exp(mu + sigma * rng.standard_normal(mu.shape))
+        return xr.DataArray(np.where(np.isfinite(mu), out, np.inf), dims=("sample", "row"))
+
+    def log_likelihood(
+        self, rows: pd.DataFrame, *, measured: bool = False, seed: int | None = None
+    ) -> xr.DataArray:
+        """Pointwise :math:`\\log\\mathcal N(\\log L \\mid \\mu, \\sigma)` of ``rows["latency"]``
+        (the density of the model's observed variable, log latency), dims (sample, row);
+        ``-inf`` in a draw that puts the row past saturation."""
+        if "latency" not in rows:
+            raise ValueError("log_likelihood needs the observed 'latency' of each row")
+        mu, sigma = self._log_mu(rows, measured, seed)
+        y = np.log(rows["latency"].to_numpy(float))
+        with np.errstate(all="ignore"):
+            ll = log_density(y[None, :], mu, sigma)
+        return xr.DataArray(np.where(np.isfinite(mu), ll, -np.inf), dims=("sample", "row"))
+
+    def alpha_draws(
+        self, verifier: str, drafter: str, cell: str, hardware: str | None = None
+    ) -> np.ndarray:
+        """Draws of an inferred alpha, from the tokens per cycle :math:`E` of the fitted SD
+        sweep of (verifier, drafter, cell): :func:`specbayes.laws.alpha_from_acceptance_length`.
+        """
+        d = self.design
+        sweeps = d.extra["sweeps"].iloc[d.sd]
+        unknown = ~np.isfinite(d.alpha[d.sd])
+        match = (
+            (sweeps["verifier"] == verifier).to_numpy()
+            & (sweeps["drafter"] == drafter).to_numpy()
+            & (sweeps["cell"] == cell).to_numpy()
+            & unknown
+        )
+        if hardware is not None:
+            match &= (sweeps["hardware"] == hardware).to_numpy()
+        if match.sum() != 1:
+            have = [tuple(r) for r in sweeps.loc[unknown, ["verifier", "drafter", "cell"]].values]
+            raise ValueError(
+                f"alpha of ({verifier}, {drafter}, {cell}) was not inferred by this fit; "
+                f"inferred: {have}"
+            )
+        i = int(np.flatnonzero(match)[0])
+        tokens = self._post()["tokens_per_cycle"].values[:, i]
+        return np.asarray(laws.alpha_from_acceptance_length(tokens, d.k[d.sd][i]), float)
+
+    # -- health -------------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """Divergences, worst R-hat and bulk/tail ESS over the free variables, ``healthy``."""
+        h = health(self.idata, self.model)
+        return {
+            "model": self.model_name,
+            "model_id": MODEL_ID,
+            "structure": self.design.structure,
+            "rows": len(self.data),
+            "excluded": len(self.excluded),
+            "divergences": h["divergences"],
+            "max_r_hat": h["rhat_max"],
+            "min_ess_bulk": h["ess_bulk_min"],
+            "min_ess_tail": h["ess_tail_min"],
+            "worst": h["worst"],
+            "healthy": h["healthy"],
+            "wall_s": float(self.config.get("wall_s", np.nan)),
+            "alpha_inferred": self.alpha_inferred,
+            "sampler_config": dict(self.config["sampler_config"]),
+        }
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self.summary()["healthy"])
+
+    @property
+    def divergences(self) -> int:
+        return int(self.idata.sample_stats["diverging"].sum())
+
+    def diagnostics(self) -> pd.DataFrame:
+        """R-hat, bulk and tail ESS of every free variable's elements."""
+        import arviz as az
+
+        names = [v.name for v in self.model.free_RVs]
+        s = az.summary(self.idata.posterior[names], kind="diagnostics")
+        s = s[["r_hat", "ess_bulk", "ess_tail"]].copy()
+        s.insert(0, "variable", [i.split("[")[0] for i in s.index])
+        s["divergences"] = self.divergences
+        s.attrs["divergences"] = self.divergences
+        return s
+
+    # -- the artefact -------------------------------------------------------------------------
+    def _attach_groups(self) -> None:
+        """log_likelihood and posterior_predictive of the fitted rows (the functions above),
+        observed and constant data, excluded rows, ArviZ names and stamps, attrs."""
+        import arviz as az
+
+        from specbayes.artefacts import rename_sample_stats, split_internal, stamp_groups
+        from specbayes.fit import _frame_to_dataset, _strict_json
+
+        d, post = self.design, self.idata.posterior
+        mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
+        log_w = log_row_scale(
+            mu, post["log_c1"].values[..., d.obs_sweep], post["noise_growth"].values[..., None]
+        )
+        sigma = post["sigma"].values[..., None] * np.exp(log_w)
+        rng = np.random.default_rng([self.seed, 1])
+        dims, coords = ("chain", "draw", "obs"), {"obs": np.arange(len(d.data))}
+        groups = {
+            "log_likelihood": xr.Dataset(
+                {"log_latency": (dims, log_density(d.log_latency, mu, sigma))}, coords=coords
+            ),
+            "posterior_predictive": xr.Dataset(
+                {"log_latency": (dims, mu + sigma * rng.standard_normal(mu.shape))},
+                coords=coords,
+            ),
+            "observed_data": xr.Dataset({"log_latency": ("obs", d.log_latency)}, coords=coords),
+            "constant_data": _frame_to_dataset(d.data.drop(columns=["_config"]), "obs"),
+            "excluded_data": _frame_to_dataset(self.excluded, "excluded_row"),
+        }
+        for name in groups:
+            if name in self.idata.groups():
+                del self.idata[name]
+        groups.update(split_internal(self.idata))
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*excluded_data.*", category=UserWarning)
+            self.idata.add_groups(groups)
+        rename_sample_stats(self.idata)
+        self.idata.attrs.update(
+            {
+                "model": self.model_name,
+                "model_id": MODEL_ID,
+                "config": _strict_json(self.config),
+                "specbayes_version": __version__,
+            }
+        )
+        stamp_groups(self.idata, "nutpie", az.__version__, __version__)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the artefact (one netCDF file)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.idata.to_netcdf(str(path), engine="h5netcdf")
+        return path
+
+
+def load_next(idata, path: Path) -> NextFit:
+    """A :class:`NextFit` from a read artefact (:func:`specbayes.fit.load_fit` calls this)."""
+    from specbayes.fit import FitFileError, _dataset_to_frame
+
+    version = idata.attrs.get("specbayes_version")
+    if version != __version__:
+        raise FitFileError(
+            f"{path}: written by specbayes {version}, this is {__version__} — refit the data "
+            "with this version (`specbayes fit DATA --out FIT.nc`)"
+        )
+    config = json.loads(idata.attrs["config"])
+    data = _dataset_to_frame(idata.constant_data, "obs")
+    excluded = (
+        _dataset_to_frame(idata["excluded_data"], "excluded_row")
+        if "excluded_data" in idata.groups()
+        else pd.DataFrame(columns=["reason"])
+    )
+    table = SweepTable(data, excluded)
+    design = build_design(table, config["level"], config["structure"])
+    return NextFit(idata, design, excluded=excluded, config=config)
+
+
+def _jsonable_priors(priors: dict) -> dict:
+    """Prior overrides as JSON values (tuples as lists), checked against the defaults."""
+    merge_priors(priors)
+    return json.loads(json.dumps(priors, default=lambda o: list(o) if isinstance(o, tuple) else o))

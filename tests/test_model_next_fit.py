@@ -1,0 +1,174 @@
+"""The next core's fit object without sampling: a :class:`NextFit` built from prior draws.
+
+Like pymc-marketing's ``mock_sample``: the plumbing (one density for the graph, the stored
+groups and every method; prediction for unseen cells; the planner; save and load) is tested on
+prior draws standing in for the posterior, in seconds. Real sampling is in the slow tier and
+``benchmarks/model_core.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+import xarray as xr
+
+from specbayes import laws, plan
+from specbayes.data import SweepTable, validate_sweeps
+from specbayes.fit import FitFileError, load_fit
+from specbayes.model_next import build_design, build_model
+from specbayes.model_next.fitted import NextFit
+from specbayes.model_next.sampling import add_sigma
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import small_sweeps  # noqa: E402
+
+
+def mock_fit(table: SweepTable, draws: int = 40, seed: int = 5) -> NextFit:
+    """A NextFit whose 'posterior' is prior draws (2 chains), with sigma drawn as after NUTS."""
+    design = build_design(table)
+    model = build_model(design)
+    prior = pm.sample_prior_predictive(2 * draws, model=model, random_seed=seed).prior
+    post = xr.Dataset(
+        {
+            name: (var.dims, var.values.reshape(2, draws, *var.shape[2:]))
+            for name, var in prior.data_vars.items()
+        },
+        coords={c: prior.coords[c] for c in prior.coords if c not in ("chain", "draw")},
+    )
+    idata = az.InferenceData(posterior=post)
+    idata.add_groups(
+        sample_stats=xr.Dataset({"diverging": (("chain", "draw"), np.zeros((2, draws), bool))})
+    )
+    add_sigma(idata, model, seed)
+    config = {"level": "sd", "structure": design.structure, "priors": {}}
+    config["sampler_config"] = {"seed": seed}
+    fit = NextFit(idata, design, excluded=table.excluded, config=config, model=model)
+    fit._attach_groups()
+    return fit
+
+
+@pytest.fixture(scope="module")
+def pooled():
+    df = pd.read_parquet(REPO / "data/demo.parquet")
+    df = df[(df["verifier"] == "Llama-3.1-8B") & df["cell"].isin(["256x256", "1024x1024"])]
+    return mock_fit(validate_sweeps(df.reset_index(drop=True)))
+
+
+@pytest.fixture(scope="module")
+def anchored():
+    return mock_fit(small_sweeps.real_case("HumanEval", "dspark").table)
+
+
+@pytest.mark.parametrize("name", ["pooled", "anchored"])
+def test_one_density(name, request):
+    """mean_latency and log_likelihood of the fitted rows are the graph's mu and the stored
+    log_likelihood group, draw by draw; the predictive group is finite."""
+    fit = request.getfixturevalue(name)
+    stack = {"sample": ("chain", "draw")}
+    mu = fit.idata.posterior["mu"].stack(stack).transpose("sample", ...).values
+    np.testing.assert_allclose(np.log(fit.mean_latency(fit.data).values), mu, rtol=1e-9)
+    ll = fit.idata.log_likelihood["log_latency"].stack(stack).transpose("sample", ...).values
+    np.testing.assert_allclose(fit.log_likelihood(fit.data).values, ll, rtol=1e-9)
+    assert np.isfinite(ll).all()
+    assert np.isfinite(fit.idata.posterior_predictive["log_latency"].values).all()
+    az.loo(fit.idata)  # the artefact carries what ArviZ needs
+
+
+def test_unseen_cell_from_the_hierarchy(pooled):
+    rows = (
+        pooled.data[pooled.data["k"] > 0]
+        .head(3)
+        .assign(prefill=512, decode=512, cell="512x512", sweep=np.nan)
+    )
+    rows = rows.drop(columns=["sweep"])
+    coefs = pooled.coefficients(rows)
+    assert all(np.isfinite(coefs[c].values).all() and (coefs[c].values > 0).all() for c in coefs)
+    # the unseen cell's coefficients follow the trend: c2v grows with the KV size p + g/2
+    small = pooled.coefficients(rows.assign(prefill=256, decode=256, cell="256x256"))
+    assert np.median(coefs["c2v"].values) > np.median(small["c2v"].values)
+    # measured rows keep their configuration's C2 below the wall of their fastest rate
+    lat = pooled.mean_latency(rows, measured=True).values
+    assert np.isfinite(lat).all()
+
+
+def test_anchored_refuses_unseen_cells(anchored):
+    rows = anchored.data.head(2).assign(prefill=5000, cell="5000x300")
+    with pytest.raises(ValueError, match="never saw"):
+        anchored.coefficients(rows)
+
+
+def test_inferred_alpha_reproduces_the_sweep(anchored):
+    """Planner arithmetic at the measured k: the derived coefficients with the inferred alpha
+    give back the SD sweep's sampled costs (laws.effective_costs)."""
+    d = anchored.design
+    (s,) = d.sd
+    row = anchored.data[anchored.data["k"] > 0].head(1)
+    coefs = anchored.coefficients(row)
+    alpha = anchored.alpha_draws(row.verifier.iloc[0], row.drafter.iloc[0], row.cell.iloc[0])
+    c1, c2 = laws.effective_costs(
+        *(coefs[c].values[:, 0] for c in coefs), d.decode[s], alpha, d.k[s]
+    )
+    post = anchored.idata.posterior.stack(sample=("chain", "draw"))
+    np.testing.assert_allclose(np.log(c1), post["log_c1"].values[s], rtol=1e-8)
+    np.testing.assert_allclose(np.log(c2), post["log_c2"].values[s], rtol=1e-8)
+
+
+def test_planner_on_a_next_fit(pooled):
+    arm = plan.Arm(
+        "Llama-3.1-8B", "H100-SXM", prefill=256, decode=256,
+        drafter="EAGLE3-Llama-3.1-8B", alpha=0.7, k=5,
+    )  # fmt: skip
+    table = plan.speedup(pooled, arm, rps=[0.0, 1.0])
+    assert table["median"].notna().all()
+    with pytest.raises(ValueError, match="drafter"):
+        other = plan.Arm("Llama-3.1-8B", "H100-SXM", 256, 256, drafter="other", alpha=0.7, k=3)
+        plan.speedup(pooled, other, rps=[0.0])
+
+
+def test_save_and_load(pooled, tmp_path):
+    path = pooled.save(tmp_path / "fit.nc")
+    again = load_fit(path)
+    assert isinstance(again, NextFit)
+    np.testing.assert_array_equal(
+        again.mean_latency(pooled.data).values, pooled.mean_latency(pooled.data).values
+    )
+    ds = az.from_netcdf(str(path))
+    ds.attrs["specbayes_version"] = "0.0.0"
+    ds.to_netcdf(str(tmp_path / "old.nc"))
+    with pytest.raises(FitFileError, match=r"0\.0\.0"):
+        load_fit(tmp_path / "old.nc")
+
+
+@pytest.mark.slow
+def test_demo_fit_next_core():
+    """The next core on the demo at the defaults: healthy, LOO finite with few influential
+    rows, every stored group finite (benchmarks/model_core.md has the seed study)."""
+    from specbayes.fit import fit
+
+    table = validate_sweeps(pd.read_parquet(REPO / "data/demo.parquet"))
+    result = fit(table, "sd", core="next", progress=False)
+    s = result.summary()
+    assert s["healthy"], s
+    loo = az.loo(result.idata, pointwise=True)
+    assert np.isfinite(loo.elpd_loo)
+    assert np.mean(np.asarray(loo.pareto_k) > 0.7) <= 0.02
+    for group in ("log_likelihood", "posterior_predictive"):
+        assert np.isfinite(result.idata[group]["log_latency"].values).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", small_sweeps.all_case_names())
+def test_small_sweep_fit_next_core(case):
+    """A user's small sweep (dense + one SD arm, alpha unknown) fits healthy at the defaults."""
+    from specbayes.model_next.fitted import fit_next
+
+    result = fit_next(small_sweeps.case(case).table, seed=1)
+    assert result.summary()["healthy"], result.summary()
