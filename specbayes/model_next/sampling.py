@@ -48,8 +48,8 @@ def sample(
     matrix, the low-rank and ``cores`` settings being nutpie's. Returns the
     ``InferenceData`` and the timings ``{"compile_s", "sample_s"}`` (compile is 0 when
     ``compiled`` is given; numpyro's compile is inside ``sample_s``). Not healthy on the demo
-    yet (``benchmarks/scale.md``: nearly every draw divergent; JAX's gradient of this graph
-    is NaN at points where PyTensor's is finite) — :func:`health` says so.
+    yet (``benchmarks/scale.md``: every draw divergent; JAX's gradient of this graph is NaN
+    at the initial point, where PyTensor's is finite) — :func:`health` says so.
     """
     config = {**SAMPLER_CONFIG, **overrides}
     if sampler == "numpyro":
