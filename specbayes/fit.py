@@ -9,7 +9,13 @@ Sampling
 --------
 ``sampler_config`` is one dict (defaults :data:`SAMPLER_DEFAULTS`): ``sampler`` is
 ``"nutpie"`` (default; the fast path on CPU), ``"pymc"`` (PyMC's NUTS) or ``"numpyro"``
-(needs JAX and NumPyro installed; an ImportError-style ``ValueError`` otherwise). One
+(JAX; ``pip install specbayes[jax]``, a ``ValueError`` naming it otherwise). nutpie and
+PyMC sample the model with the rows' likelihood as one compiled numba term
+(:attr:`~specbayes.model.LatencyModel.sampling_model`); JAX cannot lower that term, so
+numpyro samples the same density written as a PyTensor graph with :mod:`specbayes.laws`
+(:attr:`~specbayes.model.LatencyModel.model`, checked equal to the kernel in the tests), on
+a GPU when JAX has one, with one chain per CPU device otherwise
+(:func:`specbayes.parallel.jax_chain_method`). One
 ``seed`` feeds the sampler, the posterior predictive draws and the prior draws used for
 unseen cells. A fit with a latent alpha draws :data:`LATENT_ALPHA_DRAWS` per chain unless
 ``draws`` is given (it mixes more slowly). A fit whose least-squares reference resolves a
@@ -88,6 +94,7 @@ from specbayes.model import (
     pooled_pairs,
     unresolved_coefficients,
 )
+from specbayes.parallel import jax_chain_method
 
 __all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "Fit", "fit", "load_fit"]
 
@@ -255,15 +262,8 @@ def _sample(
 
     kwargs: dict[str, Any] = {}
     if cfg["sampler"] == "numpyro":
-        try:
-            import jax  # noqa: F401
-            import numpyro  # noqa: F401
-        except ImportError as exc:
-            raise ValueError(
-                "sampler 'numpyro' needs the optional packages jax and numpyro "
-                "(pip install numpyro); use sampler='nutpie' or 'pymc'"
-            ) from exc
         kwargs["nuts_sampler"] = "numpyro"
+        kwargs["nuts_sampler_kwargs"] = {"chain_method": jax_chain_method(cfg["chains"])}
     else:
         kwargs["init"] = "adapt_diag"
     with model:
@@ -324,6 +324,8 @@ def fit(
     if core != "legacy":
         raise ValueError(f"core must be 'legacy' or 'next'; got {core!r}")
     cfg = _merge_config(sampler_config)
+    if cfg["sampler"] == "numpyro":  # a missing JAX fails before any work
+        jax_chain_method(cfg["chains"])
     data, excluded = _prepare(sweeps, model)
     design = build_design(data, model)
     user = sampler_config or {}

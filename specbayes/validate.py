@@ -20,17 +20,17 @@ the *same* folds. Scores per fold and overall:
 * PIT values :math:`P(\tilde y \le y)` (uniform when calibrated).
 
 Folds that cannot be formed (a group with ≤ n cells, a fold without rows) are skipped with a
-stated reason in ``skipped``, never a crash. Folds run in parallel processes.
+stated reason in ``skipped``, never a crash. Folds are independent tasks: serially, or on Dask
+— a local cluster or any cluster by address (:mod:`specbayes.parallel`) — with the same
+scores either way (every fold's fit draws from the same sampler seed).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import os
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from scipy.special import logsumexp
 
 from specbayes import baseline
 from specbayes.data import SweepTable, validate_sweeps
+from specbayes.parallel import map_tasks
 
 __all__ = [
     "Fold",
@@ -195,8 +196,16 @@ def _predictions(fold: Fold, method: str, test: pd.DataFrame, mu, pp=None) -> pd
     return out
 
 
-def _run_fold(args) -> tuple[list[dict], list[pd.DataFrame]]:
-    fold, data, model, sampler_config, methods, core = args
+def _run_fold(
+    fold: Fold,
+    *,
+    data: pd.DataFrame,
+    model: str,
+    sampler_config: dict | None,
+    methods: tuple,
+    core: str,
+) -> tuple[list[dict], list[pd.DataFrame]]:
+    """Fit ``methods`` on ``fold``'s training rows and score its held-out rows (one task)."""
     held = fold.mask(data)
     train, test = data[~held], data[held]
     base = dict(fold=fold.label, n=fold.n, repeat=fold.repeat, n_train=len(train), n_test=len(test))
@@ -244,31 +253,6 @@ def _run_fold(args) -> tuple[list[dict], list[pd.DataFrame]]:
     return rows, preds
 
 
-def _run_folds(jobs: list, n_jobs: int, progress: bool) -> list:
-    """:func:`_run_fold` over ``jobs`` (in parallel processes when ``n_jobs > 1``), in order,
-    with a tqdm bar over finished folds when ``progress``."""
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=len(jobs), desc="folds", unit="fold", disable=not (progress and jobs))
-    results: list = [None] * len(jobs)
-    try:
-        if n_jobs > 1 and len(jobs) > 1:
-            with ProcessPoolExecutor(max_workers=min(n_jobs, len(jobs))) as pool:
-                futures = {pool.submit(_run_fold, job): i for i, job in enumerate(jobs)}
-                for done in as_completed(futures):
-                    results[futures[done]] = done.result()
-                    bar.set_postfix_str(jobs[futures[done]][0].label)
-                    bar.update()
-        else:
-            for i, job in enumerate(jobs):
-                bar.set_postfix_str(job[0].label)
-                results[i] = _run_fold(job)
-                bar.update()
-    finally:
-        bar.close()
-    return results
-
-
 @dataclass
 class LeaveNOut:
     """Results of :func:`leave_n_out`.
@@ -305,6 +289,7 @@ def leave_n_out(
     sampler_config: dict | None = None,
     methods: Iterable[str] = ("specbayes", "baseline"),
     n_jobs: int | None = None,
+    scheduler=None,
     progress: bool = False,
     core: str = "legacy",
 ) -> LeaveNOut:
@@ -327,9 +312,16 @@ def leave_n_out(
     methods : iterable of str
         ``"specbayes"`` and/or ``"baseline"`` (the paper's curve_fit trends).
     n_jobs : int, optional
-        Parallel fold processes (default: the number of CPU cores).
+        Workers. Without ``scheduler``: ``None`` or 1 runs the folds one after another in
+        this process (each fit already samples its chains on every core), more starts a
+        :class:`distributed.LocalCluster` of ``n_jobs`` processes for the call. With
+        ``scheduler="local"`` or ``"processes"``: that many workers (default: every CPU).
+    scheduler : None, str or distributed.Client
+        Where the folds run: ``"serial"``, ``"local"``, ``"processes"``, a Dask scheduler's
+        address or a client (:func:`specbayes.parallel.map_tasks`). The scores do not
+        depend on it.
     progress : bool
-        Show a progress bar over folds (tqdm, on stderr).
+        Show a progress bar over folds (tqdm, on stderr), advanced as folds complete.
     core : {"legacy", "next"}
         The model core (:func:`specbayes.fit.fit`).
     """
@@ -356,8 +348,20 @@ def leave_n_out(
                     )
                 )
                 continue
-            jobs.append((f, data, model, sampler_config, methods, core))
-    results = _run_folds(jobs, n_jobs or os.cpu_count() or 1, progress)
+            jobs.append(f)
+    results = map_tasks(
+        _run_fold,
+        jobs,
+        common=dict(
+            data=data, model=model, sampler_config=sampler_config, methods=methods, core=core
+        ),
+        scheduler=scheduler,
+        workers=n_jobs,
+        progress=progress,
+        desc="folds",
+        unit="fold",
+        label=lambda f: f.label,
+    )
     folds_df = pd.DataFrame([r for rs, _ in results for r in rs])
     preds = [p for _, ps in results for p in ps]
     predictions = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame()

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from specbayes.commands import nonneg_int, positive_int, positive_int_list
+from specbayes.parallel import SCHEDULER_HELP, scheduler_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draws", type=positive_int, help="draws per chain (default: the fit's)")
     p.add_argument("--tune", type=nonneg_int, help="tuning steps per chain")
     p.add_argument("--chains", type=positive_int, help="chains")
-    p.add_argument("--jobs", type=positive_int, help="parallel fold processes (default: all cores)")
+    p.add_argument(
+        "--jobs",
+        type=positive_int,
+        help="workers: more than 1 runs the folds on a local Dask cluster of that many "
+        "processes (default: serially, each fit sampling its chains on every core; with "
+        "--scheduler local or processes: all cores)",
+    )
+    p.add_argument("--scheduler", type=scheduler_arg, help=SCHEDULER_HELP)
     p.add_argument("--no-baseline", action="store_true", help="skip the curve_fit baseline")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--out", type=Path, required=True, help="output folder")
@@ -134,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         sampler_config=cfg,
         methods=methods,
         n_jobs=args.jobs,
+        scheduler=args.scheduler,
         progress=not args.quiet,
     )
     if res.folds.empty:

@@ -34,16 +34,30 @@ def compile_model(model: pm.Model):
 
 
 def sample(
-    model: pm.Model, seed: int, compiled=None, progress: bool = False, **overrides
+    model: pm.Model,
+    seed: int,
+    compiled=None,
+    progress: bool = False,
+    sampler: str = "nutpie",
+    **overrides,
 ) -> tuple[az.InferenceData, dict]:
     """Sample ``model`` with :data:`SAMPLER_CONFIG` (``overrides`` for experiments only).
 
-    Returns the ``InferenceData`` and the timings ``{"compile_s", "sample_s"}`` (compile is
-    0 when ``compiled`` is given).
+    ``sampler="numpyro"`` runs NumPyro's NUTS on JAX (``pip install specbayes[jax]``; a GPU
+    when JAX has one) with the same chains, draws and target acceptance — a diagonal mass
+    matrix, the low-rank and ``cores`` settings being nutpie's. Returns the
+    ``InferenceData`` and the timings ``{"compile_s", "sample_s"}`` (compile is 0 when
+    ``compiled`` is given; numpyro's compile is inside ``sample_s``). Not healthy on the demo
+    yet (``benchmarks/scale.md``: every draw divergent; JAX's gradient of this graph is NaN
+    at the initial point, where PyTensor's is finite) — :func:`health` says so.
     """
+    config = {**SAMPLER_CONFIG, **overrides}
+    if sampler == "numpyro":
+        return _sample_numpyro(model, seed, config, progress)
+    if sampler != "nutpie":
+        raise ValueError(f"sampler must be 'nutpie' or 'numpyro', got {sampler!r}")
     import nutpie
 
-    config = {**SAMPLER_CONFIG, **overrides}
     start = time.perf_counter()
     compiled = compiled if compiled is not None else compile_model(model)
     mid = time.perf_counter()
@@ -51,6 +65,27 @@ def sample(
     add_sigma(idata, model, seed)
     end = time.perf_counter()
     return idata, {"compile_s": mid - start, "sample_s": end - mid}
+
+
+def _sample_numpyro(
+    model: pm.Model, seed: int, config: dict, progress: bool
+) -> tuple[az.InferenceData, dict]:
+    from specbayes.parallel import jax_chain_method
+
+    method = jax_chain_method(config["chains"])
+    start = time.perf_counter()
+    keys = ("chains", "tune", "draws", "target_accept")
+    with model:
+        idata = pm.sample(
+            **{k: config[k] for k in keys},
+            random_seed=seed,
+            nuts_sampler="numpyro",
+            nuts_sampler_kwargs={"chain_method": method},
+            progressbar=progress,
+            compute_convergence_checks=False,
+        )
+    add_sigma(idata, model, seed)
+    return idata, {"compile_s": 0.0, "sample_s": time.perf_counter() - start}
 
 
 def add_sigma(idata: az.InferenceData, model: pm.Model, seed: int) -> None:

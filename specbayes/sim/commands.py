@@ -13,6 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from specbayes.commands import positive_int
+from specbayes.parallel import SCHEDULER_HELP, scheduler_arg
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``simulate`` subcommand."""
@@ -51,7 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rates", type=int, default=9, help="load points of a sweep (default 9)")
     p.add_argument("--n-requests", type=int, help="requests of a single point")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
-    p.add_argument("--workers", type=int, help="processes for --dataset (default: all CPUs)")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        help="workers for --dataset (default: all CPUs; 1 runs in this process, more start a "
+        "local Dask cluster unless --scheduler says otherwise)",
+    )
+    p.add_argument("--scheduler", type=scheduler_arg, help=SCHEDULER_HELP + " (--dataset)")
     p.add_argument("--out", help="write rows to .csv or .parquet (default: print a table)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=handler)
@@ -100,7 +109,11 @@ def handler(args: argparse.Namespace) -> int:
 
     if args.dataset:
         df = sim.build_dataset(
-            args.dataset, seed=args.seed, progress=not args.no_progress, workers=args.workers
+            args.dataset,
+            seed=args.seed,
+            progress=not args.no_progress,
+            workers=args.workers,
+            scheduler=args.scheduler,
         )
         _write(df, args.out)
         return 0

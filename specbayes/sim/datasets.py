@@ -2,8 +2,10 @@
 
 A *design* is a list of sweep groups: one (verifier, drafter, hardware, tp, cell) with the
 (alpha, k) pairs to sweep, dense (k = 0) first. :func:`build_dataset` runs every sweep of a
-design over worker processes (one task per group) and returns one tidy frame, sorted, so the
-result does not depend on the number of workers.
+design as one task per group — in this process, on a local Dask cluster or on any Dask
+cluster (:mod:`specbayes.parallel`) — and returns one tidy frame, sorted; every point's seed
+derives from the dataset seed and its configuration, so the result does not depend on where
+the groups ran or on the number of workers.
 
 ``demo``
     Qwen3-8B and Llama-3.1-8B (EAGLE-3 heads) on one H100-SXM, the four corner cells of the
@@ -21,14 +23,12 @@ result does not depend on the number of workers.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from specbayes.parallel import default_workers, map_tasks
 from specbayes.sim.point import make_config, point_seed
 from specbayes.sim.sweep import sweep_config
 
@@ -122,8 +122,8 @@ def design(name: str, seed: int = 0) -> list[SweepGroup]:
     raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DESIGNS)}")
 
 
-def _run_group(args: tuple[SweepGroup, int]) -> list[dict]:
-    group, seed = args
+def _run_group(group: SweepGroup, *, seed: int) -> list[dict]:
+    """The rows of every sweep of ``group`` (one task)."""
     rows: list[dict] = []
     for alpha, k in group.pairs:
         cfg = make_config(
@@ -146,6 +146,7 @@ def build_dataset(
     seed: int = 0,
     progress: bool = True,
     workers: int | None = None,
+    scheduler=None,
 ) -> pd.DataFrame:
     """Simulate a bundled dataset.
 
@@ -156,9 +157,13 @@ def build_dataset(
     seed : int
         Seed of the design draw and of every point.
     progress : bool
-        Show a tqdm bar on stderr.
+        Show a tqdm bar on stderr, advanced as groups complete.
     workers : int, optional
-        Worker processes (default: all CPUs). ``1`` runs in-process.
+        Workers (default: all CPUs). Without ``scheduler``: ``1`` runs in-process, more
+        starts a :class:`distributed.LocalCluster` of that many processes for the call.
+    scheduler : None, str or distributed.Client
+        ``"serial"``, ``"local"``, ``"processes"``, a Dask scheduler's address or a client
+        (:func:`specbayes.parallel.map_tasks`); the rows do not depend on it.
 
     Returns
     -------
@@ -167,29 +172,17 @@ def build_dataset(
         flagged ``saturated``), sorted by configuration and ``sweep_index``.
     """
     groups = design(name, seed)
-    workers = workers or os.cpu_count() or 1
-    tasks = [(g, seed) for g in groups]
-    rows: list[dict] = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(tasks), desc=f"simulate {name}", unit="group", file=sys.stderr)
-    if workers <= 1:
-        for t in tasks:
-            rows.extend(_run_group(t))
-            if bar is not None:
-                bar.update()
-    else:
-        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-        with mp.get_context(method).Pool(workers) as pool:
-            for out in pool.imap_unordered(_run_group, tasks, chunksize=1):
-                rows.extend(out)
-                if bar is not None:
-                    bar.update()
-    if bar is not None:
-        bar.close()
-    df = pd.DataFrame(rows)
+    out = map_tasks(
+        _run_group,
+        groups,
+        common=dict(seed=seed),
+        scheduler=scheduler,
+        workers=workers or default_workers(),
+        progress=progress,
+        desc=f"simulate {name}",
+        unit="group",
+    )
+    df = pd.DataFrame([row for rows in out for row in rows])
     order = ["verifier", "drafter", "hardware", "prefill", "decode", "k", "alpha", "sweep_index"]
     df = df.sort_values(order, kind="stable", na_position="first").reset_index(drop=True)
     df.attrs["source"] = f"specbayes.sim {name} seed={seed}"
