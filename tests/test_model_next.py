@@ -147,3 +147,25 @@ def test_merge_priors():
     assert pr["coef_mu"]["c1v"]["mu"] == np.log(0.01)
     with pytest.raises(KeyError):
         merge_priors({"nope": {}})
+
+
+def test_group_level_prior_from_the_roofline(demo_subset):
+    """A catalog verifier's group level is centred at its roofline magnitudes (sd 1); an
+    unknown verifier keeps the generic centre (sd 2)."""
+    from specbayes.model_next.graph import _unit_workload
+    from specbayes.model_next.hierarchy import trend_covariates
+    from specbayes.model_next.physics import roofline_centres
+    from specbayes.model_next.priors import group_level_prior
+
+    pr = merge_priors()
+    design = build_design(demo_subset)
+    _, centre = trend_covariates(*_unit_workload(design), design.coords["coef"])
+    loc, scale = group_level_prior(design, pr, centre)
+    expect = roofline_centres("Llama-3.1-8B", "H100-SXM", "EAGLE3-Llama-3.1-8B", 506.0, 1024.0)
+    assert loc[0, 1] == pytest.approx(np.log(expect["c1v"]), abs=0.05)
+    assert (scale == pr["coef_mu_roofline_sigma"]).all()
+
+    renamed = demo_subset.data.assign(verifier="my-own-8b")
+    other = build_design(type(demo_subset)(renamed, demo_subset.excluded))
+    loc, scale = group_level_prior(other, pr, centre)
+    assert loc[0, 0] == pr["coef_mu"]["c1p"]["mu"] and (scale == 2.0).all()

@@ -40,7 +40,7 @@ from specbayes.model_next.likelihood import (
     log_mean_latency,
     log_row_scale,
 )
-from specbayes.model_next.priors import merge_priors
+from specbayes.model_next.priors import group_level_prior, merge_priors
 
 
 def build_model(design: Design, priors: dict | None = None) -> pm.Model:
@@ -206,15 +206,10 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
         (\log C_{2s}^{\mathrm{eff}}, \tau_2)
     """
     coefs = design.coords["coef"]
-    prior = [pr["coef_mu"][c] for c in coefs]
-    mu = pm.Normal(
-        "coef_mu",
-        mu=np.array([p["mu"] for p in prior]),
-        sigma=np.array([p["sigma"] for p in prior]),
-        dims=("group", "coef"),
-    )
+    trend, centre = trend_covariates(*_unit_workload(design), coefs)
+    mu_loc, mu_sd = group_level_prior(design, pr, centre)
+    mu = pm.Normal("coef_mu", mu=mu_loc, sigma=mu_sd, dims=("group", "coef"))
     slope_t = pm.Normal("trend", **pr["trend"], dims="coef_t")
-    trend, _ = trend_covariates(*_unit_workload(design), coefs)
     slope = _scatter(slope_t, [coefs.index(c) for c in design.coords["coef_t"]], len(coefs))
     # cell deviations only where a cell's own rows pin the coefficient (c1p is a small part
     # of C1 — its cells follow the prefill trend alone)
