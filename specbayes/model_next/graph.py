@@ -204,6 +204,11 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
         \log C_{1s} &\sim \mathcal N(\log C_{1s}^{\mathrm{eff}}, \tau_1), \qquad
         \log C_{2s} \sim \mathcal N_{(-\infty, -\log\lambda_{\max,s})}
         (\log C_{2s}^{\mathrm{eff}}, \tau_2)
+
+    with :math:`\mu` centred at the group's roofline magnitudes where the catalog knows it
+    (:func:`~specbayes.model_next.priors.group_level_prior`), :math:`\tau_1` learned and
+    :math:`\tau_2` a fixed jitter; the sweep deviations are sampled non-centred
+    (:func:`_sweep_level`).
     """
     coefs = design.coords["coef"]
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
@@ -236,10 +241,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
         full["c2p"], full["c2v"], full.get("c2d", 0.0),
         design.decode, np.where(np.isfinite(design.alpha), design.alpha, 0.5), design.k,
     )  # fmt: skip
-    # C1's deviation scale is learned; C2's is a fixed jitter: under the noise growth the
-    # rows do not resolve a configuration's C2 beyond its decomposition (learned, its scale
-    # sat near 0 and mixed at bulk ESS 45-78 on the demo), yet the jitter keeps the wall a
-    # bound of C2's prior, not a NaN of the coefficients'
+    # C1's deviation scale is learned; C2's is a fixed jitter (priors: ``c2_jitter``)
     tau_c1 = pm.Gamma("tau_c1", **pr["tau"])
     tau = pm.Deterministic("tau", pt.stack([tau_c1, pr["c2_jitter"]]), dims="cost")
     centred = pr["centred_sweeps"]

@@ -26,19 +26,24 @@ Pooled structure (coefficients shared across sweeps)
     ``coef_mu_roofline_sigma``
         Log sd of a group's coefficient around its roofline magnitude
         (:func:`group_level_prior`, :mod:`specbayes.model_next.physics`), used instead of the
-        generic ``coef_mu`` entry where the catalog knows the verifier and GPU. With the generic
-        centre and sd 2 the prefill coefficient ``c1p`` — bounded by the rows only from above —
-        mixed at bulk ESS 117–357 at 3 of 8 demo seeds; with sd 1, 474–928 at all 8.
+        generic ``coef_mu`` entry where the catalog knows the verifier and GPU. The prefill
+        coefficient ``c1p`` is bounded by the rows only from above; around the generic centre
+        with sd 2 its long left tail mixed slowly (``benchmarks/model_core.md``).
     ``trend``
         Normal prior of the log-log slope of a coefficient on its cell covariate.
     ``cell_sd``
         Gamma scale of a cell's deviation from its group's trend (zero-avoiding: with a few
         cells per group a HalfNormal lets it sink into the funnel of the centred cells).
-        Gamma(4, 100) (5–95 %: 1.4–7.8 %): with Gamma(2, 20) the demo's three-cell training
-        folds diverged (6 at fold #1, divergent draws at small scales); with Gamma(4, 100)
-        none there.
+        Gamma(4, 100) (5–95 %: 1.4–7.8 %): Gamma(2, 20) left mass at the funnel's neck when a
+        group has three cells (divergences in validation's folds, ``benchmarks/model_core.md``).
     ``tau``
-        HalfNormal scale of a sweep's deviation from the cycle decomposition.
+        Gamma prior of the scale of a sweep's :math:`\log C_1` deviation from the cycle
+        decomposition (zero-avoiding, mode 1 %).
+    ``c2_jitter``
+        The fixed scale of a sweep's :math:`\log C_2` deviation: the rows do not resolve it
+        (a learned scale sat at zero and mixed badly: ``benchmarks/model_core.md``), but a
+        deviation keeps the wall a bound of :math:`C_2`'s prior instead of a NaN of the
+        coefficients'.
     ``cell_coefs``
         Coefficients with a per-cell deviation beyond their trend; default the KV-bound
         ``c2v``, ``c2d``. Measured on the demo (seed 1): with a deviation for ``c1p`` too,
@@ -49,6 +54,9 @@ Pooled structure (coefficients shared across sweeps)
         Sample the cells' log coefficients themselves (``True``: the data pin each cell's
         coefficients, so the non-centred form is a funnel in ``cell_sd``) or their
         standardised deviations (``False``).
+    ``centred_sweeps``
+        The same switch per sweep cost (``{"C1": bool, "C2": bool}``); non-centred by default:
+        a sweep's rows pin its costs less tightly than the decomposition does.
 
 Both
     ``noise``
