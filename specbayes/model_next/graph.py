@@ -213,7 +213,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     coefs = design.coords["coef"]
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
     mu_loc, mu_sd = group_level_prior(design, pr, centre)
-    mu = pm.Normal("coef_mu", mu=mu_loc, sigma=mu_sd, dims=("group", "coef"))
+    mu = _group_levels(design, pr, mu_loc, mu_sd)
     slope_t = pm.Normal("trend", **pr["trend"], dims="coef_t")
     slope = _scatter(slope_t, [coefs.index(c) for c in design.coords["coef_t"]], len(coefs))
     # cell deviations only where a cell's own rows pin the coefficient (c1p is a small part
@@ -248,6 +248,33 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     log_c1 = _sweep_level("log_c1_sweep", pt.log(c1_eff), tau[0], None, centred["C1"])
     log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), tau[1], design.log_wall, centred["C2"])
     return log_c1, log_c2
+
+
+def _group_levels(design: Design, pr: dict, loc: np.ndarray, sd: np.ndarray):
+    r"""Group log coefficients :math:`\mu_{gj} \sim \mathcal N(\text{loc}, \text{sd})`.
+
+    With ``c1p_tie`` the prompt's own prefill follows the prefill others pay,
+    :math:`\mu_{g,c_{1p}} \sim \mathcal N(\mu_{g,c_{2p}} + \ell_{c_{1p}} - \ell_{c_{2p}},
+    \text{tie})` (:math:`\ell` = loc; the roofline makes them equal; the rows resolve
+    :math:`c_{2p}`, not :math:`c_{1p}`)."""
+    coefs = list(design.coords["coef"])
+    tie = pr["c1p_tie"]
+    if tie is None:
+        return pm.Normal("coef_mu", mu=loc, sigma=sd, dims=("group", "coef"))
+    rest = [c for c in coefs if c != "c1p"]
+    pm.Model.get_context().add_coord("coef_rest", rest)
+    j_rest = [coefs.index(c) for c in rest]
+    base = pm.Normal(
+        "coef_mu_rest", mu=loc[:, j_rest], sigma=sd[:, j_rest], dims=("group", "coef_rest")
+    )
+    i1, i2 = coefs.index("c1p"), coefs.index("c2p")
+    c1p = pm.Normal(
+        "coef_mu_c1p", base[:, rest.index("c2p")] + loc[:, i1] - loc[:, i2], tie, dims="group"
+    )
+    full = pt.zeros((len(design.coords["group"]), len(coefs)))
+    full = pt.set_subtensor(full[:, j_rest], base)
+    full = pt.set_subtensor(full[:, i1], c1p)
+    return pm.Deterministic("coef_mu", full, dims=("group", "coef"))
 
 
 def _sweep_level(name: str, loc, tau, wall: np.ndarray | None, centred: bool):

@@ -29,6 +29,13 @@ Pooled structure (coefficients shared across sweeps)
         generic ``coef_mu`` entry where the catalog knows the verifier and GPU. The prefill
         coefficient ``c1p`` is bounded by the rows only from above; around the generic centre
         with sd 2 its long left tail mixed slowly (``benchmarks/model_core.md``).
+    ``c1p_tie``
+        Log sd of a group's ``c1p`` around its ``c2p`` (plus the difference of their prior
+        centres; ``None``: independent). The roofline makes the prompt's own prefill and the
+        prefill every other request pays equal (both the prompt's compute); the rows resolve
+        ``c2p`` (a large part of :math:`C_2`) but bound ``c1p`` (a few % of :math:`C_1`) only
+        from above. A real server adds a per-request cost outside the GPU to ``c1p``
+        (``physics.roofline_centres``' ``request_s``), which 0.5 allows.
     ``trend``
         Normal prior of the log-log slope of a coefficient on its cell covariate.
     ``cell_sd``
@@ -102,6 +109,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     },
     # where the catalog knows the verifier and GPU: its roofline magnitudes, this log sd
     "coef_mu_roofline_sigma": 1.0,
+    "c1p_tie": 0.5,
     "trend": {"mu": 1.0, "sigma": 0.5},
     "cell_sd": {"alpha": 4.0, "beta": 100.0},
     "tau": {"alpha": 2.0, "beta": 100.0},
