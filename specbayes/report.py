@@ -107,6 +107,11 @@ def _check_pair(fit: Any, verifier: str, drafter: str) -> None:
     d = fit.data
     sd = d[(d.k > 0) & (d.verifier.astype(str) == verifier)]
     paired = sorted(sd["drafter"].astype(str).unique())
+    if drafter == "none" and paired:
+        raise ValueError(
+            "--drafter none: the planner compares an SD arm with dense itself — give the SD "
+            f"arm's drafter (measured with verifier {verifier}: {', '.join(paired)})"
+        )
     if drafter not in paired:
         measured = ", ".join(paired) if paired else "none: this fit has no SD rows of it"
         raise ValueError(
@@ -114,6 +119,28 @@ def _check_pair(fit: Any, verifier: str, drafter: str) -> None:
             f"(drafters measured with it: {measured}) — choose one of those, or fit sweeps of "
             "that pair"
         )
+
+
+def extrapolation_notes(fit: Any, arm: plan.Arm) -> list[str]:
+    """One line per setting of ``arm`` outside what the fit measured: the draft length for
+    its (verifier, drafter) pair, the prompt and output tokens for its verifier. The laws
+    still answer there, but only the model's form carries the answer."""
+    d = fit.data
+    mine = d[d.verifier.astype(str) == arm.verifier]
+    notes = []
+    pair = mine[(mine.k > 0) & (mine.drafter.astype(str) == str(arm.drafter))]
+    checks = [("prompt tokens", arm.prefill, mine["prefill"]), ("output tokens", arm.decode,
+              mine["decode"])]  # fmt: skip
+    if arm.k > 0 and len(pair):
+        checks.insert(0, ("draft lengths k", arm.k, pair["k"]))
+    for what, value, measured in checks:
+        lo, hi = float(measured.min()), float(measured.max())
+        if not lo <= value <= hi:
+            notes.append(
+                f"note: {value:g} lies outside the {what} measured for {arm.verifier} "
+                f"({lo:g}–{hi:g}): the answers below extrapolate the fitted laws"
+            )
+    return notes
 
 
 def _cell_tokens(fit: Any, arm: plan.Arm, cell: str) -> tuple[float, float] | None:
