@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -73,14 +74,27 @@ def test_report_json_is_strict_and_excluded_points_are_grouped(fit_with_data, tm
             "rps": [9.0, 9.5, 10.0, 10.5, 11.0],
             "rule": ["flagged", "flagged", "flagged", "preempted", "flagged+preempted"],
             "reason": ["saturated: throughput mode (all requests at once)"] * 3
-            + ["preempted", "saturated; 463 preemptions; preempted"],
+            + ["preempted", "saturated; 463 preemptions; " + "preempted " * 20],
         }
     )
     report.write_report(fit_with_data, tmp_path)
     doc = _strict((tmp_path / "headline.json").read_text())
     assert "null_means" in doc and doc["workload"]["cell"] == "1024x1024"
     summary = (tmp_path / "summary.md").read_text()
-    assert "| rule | rows | example |" in summary and "| flagged | 3 |" in summary
+    assert "| rule | rows | example point | reason |" in summary
+    assert (
+        "| flagged | 3 | V8, 1024x1024 at 9 req/s | saturated: throughput mode (all requests "
+        "at once) |" in summary
+    )
+    long_reason = next(ln for ln in summary.splitlines() if ln.startswith("| flagged + pre"))
+    assert long_reason.endswith("preempted … |")  # cut at a word, and marked
+    # a browser-rendered view shows the figures inline, each with its caption
+    for name in ("collapse.png", "k_map.png", "cost_ratios.png"):
+        assert f"![{name}]({name})" in summary and (tmp_path / name).exists()
+    ratio_rows = [ln for ln in summary.split("## Cost ratios")[1].splitlines() if ln[:3] == "| 1"]
+    mean, interval = r"\d+\.\d{3}", r"\d+\.\d{3}–\d+\.\d{3}"  # one format for every ratio
+    cells = [c.strip() for c in ratio_rows[0].split("|")[2:6]]
+    assert all(re.fullmatch(f, c) for f, c in zip((mean, interval) * 2, cells, strict=True))
     assert "load_fit(path).excluded" in summary and "excluded_data" in summary
     assert max(len(line) for line in summary.splitlines() if not line.startswith("|")) < 400
 
