@@ -174,7 +174,11 @@ def split_internal(idata) -> dict[str, xr.Dataset]:
     internal = post[names]
     if "z" in internal and "param" in internal.dims:
         internal = internal.rename({"param": "z_param"})
-    idata.posterior = post.drop_vars(names)
+    kept = post.drop_vars(names)
+    used = {dim for var in kept.data_vars.values() for dim in var.dims}
+    # the internal variables' coordinates (auto-named ``*__dim_0``) go with them
+    orphans = [c for c in kept.coords if not set(kept[c].dims) <= used]
+    idata.posterior = kept.drop_vars(orphans)
     return {"unconstrained_posterior": internal}
 
 

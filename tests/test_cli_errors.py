@@ -75,9 +75,8 @@ def _second_round(d: Path, df: pd.DataFrame) -> None:
     df[df.k == 0].to_csv(d / "dense_only.csv", index=False)
     df[df.k > 0].to_csv(d / "sd_only.csv", index=False)
     df.rename(columns={"latency": "latência"}).to_csv(d / "unicode.csv", index=False)
-    bad = df.assign(notes="x")  # an unknown column (a warning) and a bad row (the error)
-    bad.loc[4, "latency"] = 0.0
-    bad.to_csv(d / "extra_and_bad.csv", index=False)
+    # an unknown column (the reader warns) and, found later, conflicting duplicates (the error)
+    pd.read_csv(d / "dup.csv").assign(notes="x").to_csv(d / "extra_and_bad.csv", index=False)
     (d / "wrong.yaml").write_text("benchmarks:\n  name: x\n  metrics: 3\n")
     (d / "unknown_label.yaml").write_text("hardwar: H100\n")
     vllm = json.loads((FIX / "vllm_default.json").read_text())
@@ -211,7 +210,7 @@ CASES = [
     ("ingest-vllm-text-number", "ingest vllm_text.json --hardware A", "mean_ttft_ms", []),
     ("ingest-vllm-negative", "ingest vllm_negative.json --hardware A", "must be >= 0", []),
     ("ingest-duplicates", "ingest dup.csv --out t.csv", "conflicting duplicates", ["t.csv"]),
-    ("ingest-warning-then-error", "ingest extra_and_bad.csv --out t.csv", "latency", ["t.csv"]),
+    ("ingest-warning-then-error", "ingest extra_and_bad.csv --out t.csv", "duplicates", ["t.csv"]),
     ("ingest-tab-separated", "ingest tabs.csv --out t.csv", "tab-separated", ["t.csv"]),
     ("ingest-xlsx", "ingest sheet.xlsx --out t.csv", "export the sheet as csv", ["t.csv"]),
     ("ingest-parquet-text", "ingest text_latency.parquet --out t.csv", "not a number", ["t.csv"]),

@@ -57,6 +57,13 @@ def test_write_report_writes_everything(fit_with_data, tmp_path):
     data = json.loads((tmp_path / "headline.json").read_text())
     assert data["break_even"]["rps_star_median"] == pytest.approx(head.break_even.rps_star_median)
     assert (tmp_path / "k_table.csv").exists() and (tmp_path / "capacity.csv").exists()
+    # the headline's best k at the lightest and the heaviest load are the k-table's
+    ktab = pd.read_csv(tmp_path / "k_table.csv")
+    ktab = ktab[np.isclose(ktab.alpha, head.arm.alpha)]
+    best = ktab.set_index("rps")["k_bayes"]
+    assert (head.k_low, head.k_high) == (best.loc[ktab.rps.min()], best.loc[ktab.rps.max()])
+    assert head.k_low != head.k_high  # C2R > 1 on these draws: the best k falls with load
+    assert f"k = {head.k_high} at {head.rps_high:.2g} req/s" in head.lines[1]
 
 
 def _strict(text: str):

@@ -1,4 +1,5 @@
-"""Every JSON document the package writes is strict JSON (``JSON.parse`` accepts it).
+"""The artefacts: every JSON document the package writes is strict JSON (``JSON.parse``
+accepts it), and the fit artefact's posterior holds only the quantities a user reads.
 
 ``plan.json`` (test_cli_errors), ``headline.json`` (test_report) and the fit's ``config``
 attribute (test_cli_errors) are checked where they are made; this module checks the writer
@@ -50,3 +51,33 @@ def test_validate_writes_strict_json(tmp_path, monkeypatch):
     assert in_sample["n_obs"] == 4 and in_sample["null_means"] == NULL_MEANS
     rows = strict((tmp_path / "v" / "overall.json").read_text())["overall"]
     assert rows[1]["r2"] is None and rows[0]["elpd"] is None and rows[0]["r2"] == 0.99
+
+
+def test_internal_variables_leave_the_posterior_with_their_coordinates():
+    """Two or more verifiers add zero-sum effects, whose transformed values carry auto-named
+    dims and coordinates: none of them may stay in ``posterior`` (az.summary's rows)."""
+    import arviz as az
+    import xarray as xr
+
+    from specbayes.artefacts import split_internal
+
+    chain, draw = np.arange(2), np.arange(3)
+    post = xr.Dataset(
+        {
+            "verifier_effect": (("chain", "draw", "verifier"), np.zeros((2, 3, 2))),
+            "verifier_effect_zerosum__": (
+                ("chain", "draw", "verifier_effect_zerosum___dim_0"), np.zeros((2, 3, 1))
+            ),
+            "sigma0_log__": (("chain", "draw"), np.zeros((2, 3))),
+            "z": (("chain", "draw", "param"), np.zeros((2, 3, 4))),
+        },
+        coords={"chain": chain, "draw": draw, "verifier": ["a", "b"],
+                "verifier_effect_zerosum___dim_0": [0], "param": np.arange(4)},
+    )  # fmt: skip
+    idata = az.InferenceData(posterior=post)
+    moved = split_internal(idata)["unconstrained_posterior"]
+    assert set(idata.posterior.data_vars) == {"verifier_effect"}
+    assert set(idata.posterior.dims) == {"chain", "draw", "verifier"}
+    assert set(idata.posterior.coords) == {"chain", "draw", "verifier"}
+    assert {"verifier_effect_zerosum__", "sigma0_log__", "z"} == set(moved.data_vars)
+    assert "z_param" in moved.dims
