@@ -622,7 +622,7 @@ def validate_sweeps(
         rule = rule.where(~mask, rule + np.where(rule == "", "", "+") + name)
         label = name
         if name == "flagged" and "saturation_reason" in df:
-            detail = df["saturation_reason"].fillna("").astype(str)
+            detail = df["saturation_reason"].astype(object).fillna("").astype(str)
             label = np.where(detail != "", "saturated: " + detail, "saturated")
         elif name == "flagged":
             label = "saturated"

@@ -88,8 +88,8 @@ class Arm:
             raise ValueError(f"k must be a non-negative integer; got {self.k}")
         if not (self.prefill >= 1 and self.decode >= 1):  # the cost trends take log(tokens)
             raise ValueError(
-                f"prefill and decode must be >= 1 token; got {self.prefill:g}, {self.decode:g}"
-                " — give token counts of at least 1"
+                f"prefill >= 1 and decode >= 1 token needed; got {self.prefill:g}, "
+                f"{self.decode:g} — give token counts of at least 1"
             )
 
     def row(self) -> pd.DataFrame:

@@ -225,7 +225,7 @@ CASES = [
     ("ingest-out-under-a-file", "ingest good.csv --out afile/t.csv", "afile is a file", []),
     ("plan-cell-tokens-missing", "plan fit.nc --cell 1024", "--cell 1024", []),
     ("plan-cell-half", "plan fit.nc --cell 1024x", "--cell 1024x", []),
-    ("plan-cell-zero-prefill", "plan fit.nc --cell 0x256", ">= 1 token", []),
+    ("plan-cell-zero-prefill", "plan fit.nc --cell 0x256", "prefill >= 1", []),
     ("plan-prefill-zero", "plan fit.nc --prefill 0", "--prefill", []),
     ("plan-slo-units", "plan fit.nc --slo 5s", "--slo", []),
     ("plan-slo-nan", "plan fit.nc --slo nan", "finite", []),
