@@ -28,6 +28,7 @@ __all__ = [
     "SAMPLE_STATS_NAMES",
     "add_natural_scale",
     "check_out_dir",
+    "check_writable",
     "dumps",
     "jsonable",
     "rename_sample_stats",
@@ -82,14 +83,39 @@ def dumps(obj: Any, *, indent: int | None = 2, note_nulls: bool = True) -> str:
 
 
 def check_out_dir(path: str | Path, option: str = "--out") -> Path:
-    """``path`` as an output folder, or ``ValueError`` when it is an existing file."""
+    """``path`` as an output folder, checked before any work: ``ValueError`` when it is an
+    existing file, lies under a file, or cannot be written (:func:`check_writable`)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ValueError(
             f"{option} {path}: is an existing file, not a folder — give a folder path "
             "(it is created if missing)"
         )
+    check_writable(path, option)
     return path
+
+
+def check_writable(path: str | Path, option: str = "--out") -> None:
+    """``ValueError`` unless ``path`` (a folder, or a file to be written) can be created.
+
+    The nearest existing folder on the way must be a folder and writable; a probe folder is
+    created there and removed, so nothing is left behind. Checked before minutes of work,
+    not after.
+    """
+    path = Path(path)
+    start = path if path.is_dir() else path.parent
+    base = next((p for p in (start, *start.parents) if p.exists()), Path("."))
+    if not base.is_dir():
+        raise ValueError(
+            f"{option} {path}: {base} is a file, not a folder — give a path in a folder"
+        )
+    try:
+        Path(tempfile.mkdtemp(prefix=".specbayes-probe-", dir=base)).rmdir()
+    except OSError as exc:
+        raise ValueError(
+            f"{option} {path}: cannot write in {base} ({exc.strerror or exc}) — give a folder "
+            "you can write to"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -148,7 +174,11 @@ def split_internal(idata) -> dict[str, xr.Dataset]:
     internal = post[names]
     if "z" in internal and "param" in internal.dims:
         internal = internal.rename({"param": "z_param"})
-    idata.posterior = post.drop_vars(names)
+    kept = post.drop_vars(names)
+    used = {dim for var in kept.data_vars.values() for dim in var.dims}
+    # the internal variables' coordinates (auto-named ``*__dim_0``) go with them
+    orphans = [c for c in kept.coords if not set(kept[c].dims) <= used]
+    idata.posterior = kept.drop_vars(orphans)
     return {"unconstrained_posterior": internal}
 
 

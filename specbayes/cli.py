@@ -143,16 +143,23 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    held: list[str] = []
     with warnings.catch_warnings():
-        warnings.showwarning = _warning_printer(args.command)
-        return _run(args)
+        warnings.showwarning = _warning_keeper(args.command, held)
+        code = _run(args)
+    if code != EXIT_USAGE:  # a mistake is answered by its one line alone
+        for text in dict.fromkeys(held):  # each distinct warning once
+            sys.stderr.write(text)
+    return code
 
 
-def _warning_printer(command: str):
-    """``warnings.showwarning`` printing one line ``specbayes <cmd>: warning: <message>``."""
+def _warning_keeper(command: str, held: list[str]):
+    """``warnings.showwarning`` keeping one line ``specbayes <cmd>: warning: <message>`` per
+    warning in ``held``: :func:`main` prints them when the command ends, unless it ended in
+    an input error, whose one line then stands alone."""
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
-        (file or sys.stderr).write(f"specbayes {command}: warning: {one_line(str(message))}\n")
+        held.append(f"specbayes {command}: warning: {one_line(str(message))}\n")
 
     return show
 

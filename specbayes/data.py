@@ -51,6 +51,7 @@ __all__ = [
     "SweepValidationError",
     "cell_label",
     "read_sweeps",
+    "strip_labels",
     "sweep_labels",
     "validate_sweeps",
 ]
@@ -96,6 +97,9 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "sweep_index": "position of the point within its simulated sweep",
     "source": "file or generator the row came from",
     "sweep": "label of one configuration swept over load (default: derived, see sweep_labels)",
+    "verifier_params": "verifier parameters (prior scale of its costs; default: the catalog)",
+    "experts_per_token": "MoE: experts routed per token m (default: the catalog)",
+    "num_experts": "MoE: experts per layer M (default: the catalog)",
 }
 
 #: Columns holding labels or text (every other schema column is numeric).
@@ -119,6 +123,26 @@ TEXT_COLUMNS = frozenset(
 CONFIG_COLUMNS: tuple[str, ...] = ("verifier", "drafter", "hardware", "cell", "alpha", "k")
 
 _NUMERIC = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if c not in TEXT_COLUMNS]
+
+
+def strip_labels(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with blanks around column names and text labels removed (a copy).
+
+    Spreadsheets pad cells: ``" V8B "`` and ``"V8B"`` must be one verifier, not two, and a
+    header ``" latency "`` the latency column.
+    """
+    names = [c.strip() if isinstance(c, str) else c for c in df.columns]
+    text = [c for c in df.columns if c in TEXT_COLUMNS or str(c).strip() in TEXT_COLUMNS]
+    if names == list(df.columns) and not text:
+        return df
+    out = df.copy()
+    for col in text:
+        values = out[col]
+        if values.dtype == object or pd.api.types.is_string_dtype(values):
+            out[col] = values.map(lambda v: v.strip() if isinstance(v, str) else v)
+    out.columns = names
+    out.attrs = dict(df.attrs)
+    return out
 
 
 class SweepValidationError(ValueError):
@@ -275,11 +299,12 @@ def _read_csv(path: Path) -> pd.DataFrame:
         raise ValueError(
             f"{path}: not a readable CSV ({text}) — give a comma-separated text file (or .csv.gz)"
         ) from None
-    if len(df.columns) == 1 and ";" in str(df.columns[0]):
-        raise ValueError(
-            f"{path}: semicolon-separated, but a sweep table is comma-separated — save it "
-            "with ',' as the separator (and '.' as the decimal mark)"
-        )
+    for mark, name in ((";", "semicolon"), ("\t", "tab")):
+        if len(df.columns) == 1 and mark in str(df.columns[0]):
+            raise ValueError(
+                f"{path}: {name}-separated, but a sweep table is comma-separated — save it "
+                "with ',' as the separator (and '.' as the decimal mark)"
+            )
     return df
 
 
@@ -309,7 +334,7 @@ def _check_values(df: pd.DataFrame, violations: list) -> None:
         "latency must be > 0 and finite",
         "latency",
     )
-    rule(~(df["prefill"] >= 0), "prefill must be >= 0", "prefill")
+    rule(~(df["prefill"] >= 1), "prefill must be >= 1 token", "prefill")
     rule(~(df["decode"] >= 1), "decode must be >= 1 token", "decode")
     rule(~(df["k"] >= 0), "k must be >= 0", "k")
     rule((df["k"] >= 0) & (df["k"] != np.round(df["k"])), "k must be an integer", "k")
@@ -545,6 +570,7 @@ def validate_sweeps(
         Listing every violated rule with its field and rows.
     """
     source = source or df.attrs.get("source", "sweeps")
+    df = strip_labels(df)
     if len(df) == 0:
         raise SweepValidationError(source, [("table is empty", "*", [])])
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
@@ -596,7 +622,7 @@ def validate_sweeps(
         rule = rule.where(~mask, rule + np.where(rule == "", "", "+") + name)
         label = name
         if name == "flagged" and "saturation_reason" in df:
-            detail = df["saturation_reason"].fillna("").astype(str)
+            detail = df["saturation_reason"].astype(object).fillna("").astype(str)
             label = np.where(detail != "", "saturated: " + detail, "saturated")
         elif name == "flagged":
             label = "saturated"

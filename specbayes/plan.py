@@ -86,9 +86,10 @@ class Arm:
             raise ValueError(f"alpha must lie in (0, 1]; got {self.alpha}")
         if self.k < 0 or int(self.k) != self.k:
             raise ValueError(f"k must be a non-negative integer; got {self.k}")
-        if not (self.prefill >= 0 and self.decode >= 1):
+        if not (self.prefill >= 1 and self.decode >= 1):  # the cost trends take log(tokens)
             raise ValueError(
-                f"prefill must be >= 0 and decode >= 1 token; got {self.prefill}, {self.decode}"
+                f"prefill >= 1 and decode >= 1 token needed; got {self.prefill:g}, "
+                f"{self.decode:g} — give token counts of at least 1"
             )
 
     def row(self) -> pd.DataFrame:

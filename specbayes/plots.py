@@ -120,7 +120,9 @@ def plot_speedup(tables: Mapping[str, pd.DataFrame], *, ax=None, title: str | No
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("speedup over dense  $L_{dense}/L_{SD}$")
     ax.set_title(title or f"SD speedup vs load (median, {INTERVAL_PROB:.0%} band)")
-    ax.legend(fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda n: labels[n].startswith("a server"))
+    ax.legend([handles[n] for n in order], [labels[n] for n in order], fontsize=8)  # k first
     ax.grid(alpha=0.3)
     return fig
 

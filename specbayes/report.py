@@ -107,6 +107,11 @@ def _check_pair(fit: Any, verifier: str, drafter: str) -> None:
     d = fit.data
     sd = d[(d.k > 0) & (d.verifier.astype(str) == verifier)]
     paired = sorted(sd["drafter"].astype(str).unique())
+    if drafter == "none" and paired:
+        raise ValueError(
+            "--drafter none: the planner compares an SD arm with dense itself — give the SD "
+            f"arm's drafter (measured with verifier {verifier}: {', '.join(paired)})"
+        )
     if drafter not in paired:
         measured = ", ".join(paired) if paired else "none: this fit has no SD rows of it"
         raise ValueError(
@@ -114,6 +119,28 @@ def _check_pair(fit: Any, verifier: str, drafter: str) -> None:
             f"(drafters measured with it: {measured}) — choose one of those, or fit sweeps of "
             "that pair"
         )
+
+
+def extrapolation_notes(fit: Any, arm: plan.Arm) -> list[str]:
+    """One line per setting of ``arm`` outside what the fit measured: the draft length for
+    its (verifier, drafter) pair, the prompt and output tokens for its verifier. The laws
+    still answer there, but only the model's form carries the answer."""
+    d = fit.data
+    mine = d[d.verifier.astype(str) == arm.verifier]
+    notes = []
+    pair = mine[(mine.k > 0) & (mine.drafter.astype(str) == str(arm.drafter))]
+    checks = [("prompt tokens", arm.prefill, mine["prefill"]), ("output tokens", arm.decode,
+              mine["decode"])]  # fmt: skip
+    if arm.k > 0 and len(pair):
+        checks.insert(0, ("draft lengths k", arm.k, pair["k"]))
+    for what, value, measured in checks:
+        lo, hi = float(measured.min()), float(measured.max())
+        if not lo <= value <= hi:
+            notes.append(
+                f"note: {value:g} lies outside the {what} measured for {arm.verifier} "
+                f"({lo:g}–{hi:g}): the answers below extrapolate the fitted laws"
+            )
+    return notes
 
 
 def _cell_tokens(fit: Any, arm: plan.Arm, cell: str) -> tuple[float, float] | None:
@@ -281,7 +308,7 @@ def _headline(fit, arm, ktab, slo, prob) -> Headline:
         f"{kname(k_high)} at {rates[-1]:.2g} req/s.",
         "Capacity at a mean-latency SLO of "
         f"{slo:.3g} s (P ≥ {prob:g}): dense {cap.capacity_rps.iloc[0]:.2f} req/s"
-        f"{_beyond(cap.iloc[0])}, k = {arm.k} {cap.capacity_rps.iloc[-1]:.2f} req/s"
+        f"{_beyond(cap.iloc[0])}, k = {arm.k}: {cap.capacity_rps.iloc[-1]:.2f} req/s"
         f"{_beyond(cap.iloc[-1])}.",
     ]
     return h
@@ -429,37 +456,44 @@ def _headline_json(arm: plan.Arm, head: Headline, slo: float) -> str:
     )
 
 
-def excluded_table(excluded: pd.DataFrame, max_example: int = 90) -> pd.DataFrame:
-    """Rows left out of a fit, grouped by rule: ``rule, rows, example``.
+def excluded_table(excluded: pd.DataFrame, max_reason: int = 120) -> pd.DataFrame:
+    """Rows left out of a fit, grouped by rule: ``rule, rows, example point, reason``.
 
     The rule is the short name (``rule`` column: ``flagged``, ``preempted``,
     ``rate_shortfall``, ``latency_growth``, ``duplicate``, joined by ``+``; else ``reason``);
-    the example is one row's configuration and full reason, cut at ``max_example`` characters.
+    the example is one row's configuration and load, with its reason (cut at a word
+    boundary past ``max_reason`` characters; every reason is in the fit's ``excluded``).
     """
     key = "rule" if "rule" in excluded and excluded["rule"].astype(str).ne("").all() else "reason"
     out = []
     for rule, rows in excluded.groupby(excluded[key].astype(str), sort=False):
         first = rows.iloc[0]
-        where = " ".join(
+        where = ", ".join(
             str(first[c])
             for c in ("verifier", "drafter", "hardware", "cell")
             if c in rows and pd.notna(first[c]) and str(first[c]) not in ("", "none")
         )
-        load = _load_text(first)
-        text = f"{where}{load}: {first.get('reason', rule)}".strip(": ")
-        if len(text) > max_example:
-            text = text[: max_example - 1] + "…"
-        out.append(dict(rule=rule.replace("+", " + "), rows=len(rows), example=text))
-    table = pd.DataFrame(out, columns=["rule", "rows", "example"])
+        reason = str(first.get("reason", rule))
+        if len(reason) > max_reason:
+            reason = reason[:max_reason].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+        out.append(
+            {
+                "rule": rule.replace("+", " + "),
+                "rows": len(rows),
+                "example point": f"{where}{_load_text(first)}".strip(", "),
+                "reason": reason,
+            }
+        )
+    table = pd.DataFrame(out, columns=["rule", "rows", "example point", "reason"])
     return table.sort_values("rows", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def _load_text(row: pd.Series) -> str:
     conc = row.get("concurrency")
     if conc is not None and pd.notna(conc):
-        return f", N = {conc:g}"
+        return f" at N = {conc:g}"
     rps = row.get("rps")
-    return f", {rps:.3g} req/s" if rps is not None and pd.notna(rps) else ""
+    return f" at {rps:.3g} req/s" if rps is not None and pd.notna(rps) else ""
 
 
 _RULES = {
@@ -535,14 +569,14 @@ def _health_section(fit: Any) -> list[str]:
 
 def _ratios_section(ratios: pd.DataFrame) -> list[str]:
     def interval(lo, hi):
-        return [f"{a:.3g}–{b:.3g}" for a, b in zip(lo, hi, strict=True)]
+        return [f"{a:.3f}–{b:.3f}" for a, b in zip(lo, hi, strict=True)]
 
     table = pd.DataFrame(
         {
             "k": ratios["k"],
-            "C1R mean": ratios["c1r_mean"],
+            "C1R mean": ratios["c1r_mean"].map("{:.3f}".format),
             "C1R 90 % interval": interval(ratios["c1r_lo"], ratios["c1r_hi"]),
-            "C2R mean": ratios["c2r_mean"],
+            "C2R mean": ratios["c2r_mean"].map("{:.3f}".format),
             "C2R 90 % interval": interval(ratios["c2r_lo"], ratios["c2r_hi"]),
             "P(C1R < 1)": ratios["p_c1r_below_1"].map("{:.2f}".format),
             "P(C2R > 1)": ratios["p_c2r_above_1"].map("{:.2f}".format),
@@ -594,8 +628,12 @@ def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
         *_health_section(fit),
         "## Figures",
         "",
-        *[f"- `{name}` — {text}" for name, text in _FIGURES.items() if name in figures],
-        "",
+        *[
+            line
+            for name, text in _FIGURES.items()
+            if name in figures
+            for line in (f"![{name}]({name})", "", f"`{name}` — {text}", "")
+        ],
         *_ratios_section(ratios),
         f"Tables (CSV): {', '.join(f'`{w}`' for w in written)}; the headline answers as JSON: "
         "`headline.json`.",

@@ -51,8 +51,41 @@ def ws(tmp_path_factory) -> Path:
     closed = closed.assign(concurrency=np.round(closed.rps * closed.latency).clip(lower=1))
     closed.assign(latency=closed.latency * 1000.0).to_csv(d / "ms.csv", index=False)
     df.drop(columns=["latency", "rps"]).to_csv(d / "no_latency.csv", index=False)
+    _second_round(d, df)
     _bad_fits(d)
     return d
+
+
+def _second_round(d: Path, df: pd.DataFrame) -> None:
+    """Inputs of the second set of mistakes (issue 30's judge): other separators and file
+    types, wrong dtypes, conflicting duplicates, one-level data, broken benchmark reports."""
+    import json
+
+    pd.concat([df, df.iloc[[5]].assign(latency=df.latency.iloc[5] * 3)]).to_csv(
+        d / "dup.csv", index=False
+    )
+    df.to_csv(d / "tabs.csv", index=False, sep="\t")
+    (d / "sheet.xlsx").write_bytes(b"PK\x03\x04" + bytes(200))
+    df.assign(latency=df.latency.astype(str) + "s").to_parquet(d / "text_latency.parquet")
+    df.assign(k=df.k + 0.5).to_parquet(d / "half_k.parquet")
+    df.assign(rps=np.where(df.index == 2, np.inf, df.rps)).to_csv(d / "inf_rps.csv", index=False)
+    df.assign(hardware="").to_csv(d / "blank_hw.csv", index=False)
+    euro = df.alpha.map(lambda a: "" if a != a else str(a).replace(".", ","))
+    df.assign(alpha=euro).to_csv(d / "comma_decimal.csv", index=False)
+    df[df.k == 0].to_csv(d / "dense_only.csv", index=False)
+    df[df.k > 0].to_csv(d / "sd_only.csv", index=False)
+    df.rename(columns={"latency": "latência"}).to_csv(d / "unicode.csv", index=False)
+    # an unknown column (the reader warns) and, found later, conflicting duplicates (the error)
+    pd.read_csv(d / "dup.csv").assign(notes="x").to_csv(d / "extra_and_bad.csv", index=False)
+    (d / "wrong.yaml").write_text("benchmarks:\n  name: x\n  metrics: 3\n")
+    (d / "unknown_label.yaml").write_text("hardwar: H100\n")
+    vllm = json.loads((FIX / "vllm_default.json").read_text())
+    (d / "vllm.json").write_text(json.dumps(vllm))
+    (d / "vllm_no_latency.json").write_text(
+        json.dumps({k: v for k, v in vllm.items() if not k.endswith(("_ttft_ms", "_tpot_ms"))})
+    )
+    (d / "vllm_text.json").write_text(json.dumps({**vllm, "mean_ttft_ms": "fast"}))
+    (d / "vllm_negative.json").write_text(json.dumps({**vllm, "mean_tpot_ms": -5}))
 
 
 def _bad_fits(d: Path) -> None:
@@ -156,6 +189,67 @@ CASES = [
     ("validate-leave-out-all", "validate good.csv --out v --leave-out 9", "no fold", ["v"]),
     # -- the command itself --------------------------------------------------------------------
     ("unknown-command", "fti good.csv", "invalid choice", []),
+    # == a second set (issue 30's judge): other realistic mistakes, tried the same way ==========
+    ("fit-tab-separated", "fit tabs.csv --out x.nc", "tab-separated", ["x.nc"]),
+    ("fit-conflicting-duplicates", "fit dup.csv --out x.nc", "conflicting duplicates", ["x.nc"]),
+    ("fit-inf-rps", "fit inf_rps.csv --out x.nc", "field 'rps'", ["x.nc"]),
+    ("fit-parquet-text-latency", "fit text_latency.parquet --out x.nc", "numeric", ["x.nc"]),
+    ("fit-parquet-fractional-k", "fit half_k.parquet --out x.nc", "integer", ["x.nc"]),
+    ("fit-blank-hardware", "fit blank_hw.csv --out x.nc", "field 'hardware'", ["x.nc"]),
+    ("fit-comma-decimals", "fit comma_decimal.csv --out x.nc", "field 'alpha'", ["x.nc"]),
+    ("fit-odd-column-name", "fit unicode.csv --out x.nc", "missing: latency", ["x.nc"]),
+    ("fit-xlsx", "fit sheet.xlsx --out x.nc", "unsupported sweep file type", ["x.nc"]),
+    ("fit-sd-on-dense-rows", "fit dense_only.csv --out x.nc", "no rows with k > 0", ["x.nc"]),
+    ("fit-dense-on-sd-rows", "fit sd_only.csv --model dense --out x.nc", "k = 0", ["x.nc"]),
+    ("fit-moe-on-dense-verifier", "fit good.csv --model moe --out x.nc", "moe", ["x.nc"]),
+    ("fit-chains-zero", "fit good.csv --out x.nc --chains 0", "--chains", ["x.nc"]),
+    ("fit-seed-text", "fit good.csv --out x.nc --seed abc", "--seed", ["x.nc"]),
+    ("fit-a-fit-file", "fit fit.nc --out x.nc", "unsupported sweep file type", ["x.nc"]),
+    ("ingest-yaml-structure", "ingest wrong.yaml --hardware A", "expected a list", []),
+    ("ingest-vllm-no-latency", "ingest vllm_no_latency.json --hardware A", "mean_e2el_ms", []),
+    ("ingest-vllm-text-number", "ingest vllm_text.json --hardware A", "mean_ttft_ms", []),
+    ("ingest-vllm-negative", "ingest vllm_negative.json --hardware A", "must be >= 0", []),
+    ("ingest-duplicates", "ingest dup.csv --out t.csv", "conflicting duplicates", ["t.csv"]),
+    ("ingest-warning-then-error", "ingest extra_and_bad.csv --out t.csv", "duplicates", ["t.csv"]),
+    ("ingest-tab-separated", "ingest tabs.csv --out t.csv", "tab-separated", ["t.csv"]),
+    ("ingest-xlsx", "ingest sheet.xlsx --out t.csv", "export the sheet as csv", ["t.csv"]),
+    ("ingest-parquet-text", "ingest text_latency.parquet --out t.csv", "not a number", ["t.csv"]),
+    ("ingest-k-fraction", "ingest good.csv --k 1.5", "--k", []),
+    ("ingest-acceptance-length", "ingest good.csv --acceptance-length 0.5", "must be > 1", []),
+    ("ingest-rate-tolerance", "ingest good.csv --rate-tolerance 2", "--rate-tolerance", []),
+    ("ingest-sidecar-missing", "ingest good.csv --sidecar nope.yaml", "nope.yaml", []),
+    ("ingest-sidecar-label", "ingest good.csv --sidecar unknown_label.yaml", "hardwar", []),
+    ("ingest-cell-half", "ingest good.csv --cell 1024x --out t.csv", "--cell 1024x", ["t.csv"]),
+    ("ingest-cell-merges", "ingest good.csv --cell chat --out t.csv", "4 workloads", ["t.csv"]),
+    ("ingest-alpha-on-dense", "ingest vllm.json --hardware A --alpha 0.8", "dense runs", []),
+    ("ingest-out-under-a-file", "ingest good.csv --out afile/t.csv", "afile is a file", []),
+    ("plan-cell-tokens-missing", "plan fit.nc --cell 1024", "--cell 1024", []),
+    ("plan-cell-half", "plan fit.nc --cell 1024x", "--cell 1024x", []),
+    ("plan-cell-zero-prefill", "plan fit.nc --cell 0x256", "prefill >= 1", []),
+    ("plan-prefill-zero", "plan fit.nc --prefill 0", "--prefill", []),
+    ("plan-slo-units", "plan fit.nc --slo 5s", "--slo", []),
+    ("plan-slo-nan", "plan fit.nc --slo nan", "finite", []),
+    ("plan-alphas-empty", "plan fit.nc --alphas ,", "--alphas", []),
+    ("plan-ks-fraction", "plan fit.nc --ks 1.5", "--ks", []),
+    ("plan-rps-inf", "plan fit.nc --rps inf", "--rps", []),
+    ("plan-prob-one", "plan fit.nc --slo 5 --prob 1", "--prob", []),
+    ("plan-total-zero", "plan fit.nc --slo 5 --total-rps 0", "--total-rps", []),
+    ("plan-drafter-none", "plan fit.nc --drafter none", "--drafter none", []),
+    ("plan-hardware-case", "plan fit.nc --hardware h100", "--hardware h100", []),
+    ("plan-out-under-a-file", "plan fit.nc --out afile/p", "afile is a file", []),
+    ("report-slo-units", "report fit.nc --slo 5s --out r", "--slo", ["r"]),
+    ("report-alpha-percent", "report fit.nc --alpha 80 --out r", "--alpha", ["r"]),
+    ("report-out-under-a-file", "report fit.nc --out afile/r", "afile is a file", []),
+    ("report-unknown-drafter", "report fit.nc --drafter foo --out r", "--drafter foo", ["r"]),
+    ("validate-leave-out-fraction", "validate good.csv --out v --leave-out 1.5", "1.5", ["v"]),
+    ("validate-repeats-zero", "validate good.csv --out v --repeats 0", "--repeats", ["v"]),
+    ("validate-moe-on-dense", "validate good.csv --out v --model moe", "moe", ["v"]),
+    ("validate-sd-on-dense-rows", "validate dense_only.csv --out v", "k > 0", ["v"]),
+    ("validate-out-under-a-file", "validate good.csv --out afile/v", "afile is a file", []),
+    ("validate-a-fit-file", "validate fit.nc --out v", "unsupported sweep file type", ["v"]),
+    ("demo-draws-negative", "demo --draws -1", "--draws", []),
+    ("demo-out-is-file", "demo --out afile", "is an existing file", []),
+    ("demo-out-under-a-file", "demo --out afile/d", "afile is a file", []),
 ]
 
 
@@ -181,7 +275,8 @@ def test_mistake_gets_one_clear_line(ws, monkeypatch, capfd, argv, expect, absen
     assert code == 2, err
     assert len(lines) == 1, err
     assert "Traceback" not in err
-    command = args[0] if args[0] in {"fit", "ingest", "plan", "report", "validate"} else ""
+    commands = {"demo", "fit", "ingest", "plan", "report", "simulate", "validate"}
+    command = args[0] if args[0] in commands else ""
     assert lines[0].startswith(f"specbayes {command}".strip() + ": "), lines[0]
     assert " — " in lines[0], lines[0]  # says what to do
     assert expect.lower() in lines[0].lower(), lines[0]
@@ -267,3 +362,77 @@ def test_fit_artefact_follows_arviz_conventions(ws):
         assert attrs["inference_library"] == "nutpie" and "created_at" in attrs
     assert idata.attrs["specbayes_version"] and idata.attrs["model_id"] == "specbayes.sd"
     _strict(idata.attrs["config"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "plan fit.nc --out locked/p",
+        "report fit.nc --out locked/r",
+        "validate good.csv --out locked/v",
+        "demo --out locked/d",
+        "ingest good.csv --out locked/t.csv",
+    ],
+    ids=["plan", "report", "validate", "demo", "ingest"],
+)
+def test_permission_denied_out_is_one_line_before_any_work(ws, monkeypatch, capfd, argv):
+    """A folder the user cannot write to (simulated: the tests may run as root, who can)."""
+    import tempfile
+
+    real = tempfile.mkdtemp
+
+    def refuse(*a, dir=None, **k):
+        if dir is not None and Path(dir).name == "locked":
+            raise PermissionError(13, "Permission denied")
+        return real(*a, dir=dir, **k)
+
+    monkeypatch.chdir(ws)
+    (ws / "locked").mkdir(exist_ok=True)
+    monkeypatch.setattr("specbayes.artefacts.tempfile.mkdtemp", refuse)
+    code = run_cli(argv.split())
+    err = capfd.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "cannot write in locked (permission denied)" in err[0].lower(), err[0]
+    assert list((ws / "locked").iterdir()) == []
+
+
+def test_warnings_are_printed_when_the_command_succeeds(ws, monkeypatch, capfd):
+    """Held back only when a mistake ends the command: a good run still shows them, once."""
+    monkeypatch.chdir(ws)
+    pd.read_csv("good.csv").assign(notes="x").to_csv("extra.csv", index=False)
+    assert run_cli(["ingest", "extra.csv", "--out", "extra_out.csv"]) == 0
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == ["specbayes ingest: warning: extra.csv: columns kept as they are: notes"]
+    assert "notes" in pd.read_csv("extra_out.csv")
+
+
+def test_padded_bom_and_upper_case_tables_read_as_the_clean_one(ws, monkeypatch, capfd):
+    """Spreadsheet habits that are not mistakes: a BOM, blanks around names and labels, an
+    upper-case suffix — the same table as the clean file, for ingest and for the fit's reader."""
+    from specbayes.data import read_sweeps, validate_sweeps
+
+    monkeypatch.chdir(ws)
+    clean = pd.read_csv("good.csv")
+    clean.to_csv("bom.csv", index=False, encoding="utf-8-sig")
+    padded = clean.astype(str).apply(lambda col: " " + col + " ")
+    padded.columns = [f" {c} " for c in clean.columns]
+    padded.to_csv("padded.csv", index=False)
+    shutil.copy("good.csv", "upper.CSV")
+    want = validate_sweeps(read_sweeps("good.csv")).data.drop(columns="source", errors="ignore")
+    for name in ("bom.csv", "padded.csv", "upper.CSV"):
+        got = validate_sweeps(read_sweeps(name)).data.drop(columns="source", errors="ignore")
+        pd.testing.assert_frame_equal(got, want, check_dtype=False)
+        assert run_cli(["ingest", name, "--out", f"{name}.out.csv"]) == 0, capfd.readouterr().err
+        back = pd.read_csv(f"{name}.out.csv")
+        assert sorted(back.verifier.unique()) == sorted(clean.verifier.unique())
+        assert sorted(back.cell.unique()) == sorted(clean.cell.unique())
+    capfd.readouterr()
+
+
+def test_plan_notes_settings_outside_the_measured_range(ws, monkeypatch, capsys):
+    monkeypatch.chdir(ws)
+    assert run_cli(["plan", "fit.nc", "--k", "40", "--ks", "0,40"]) == 0
+    out = capsys.readouterr().out
+    assert "note: 40 lies outside the draft lengths k measured for V8B" in out
+    assert run_cli(["plan", "fit.nc", "--k", "3", "--ks", "0,3"]) == 0
+    assert "lies outside" not in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -56,6 +57,13 @@ def test_write_report_writes_everything(fit_with_data, tmp_path):
     data = json.loads((tmp_path / "headline.json").read_text())
     assert data["break_even"]["rps_star_median"] == pytest.approx(head.break_even.rps_star_median)
     assert (tmp_path / "k_table.csv").exists() and (tmp_path / "capacity.csv").exists()
+    # the headline's best k at the lightest and the heaviest load are the k-table's
+    ktab = pd.read_csv(tmp_path / "k_table.csv")
+    ktab = ktab[np.isclose(ktab.alpha, head.arm.alpha)]
+    best = ktab.set_index("rps")["k_bayes"]
+    assert (head.k_low, head.k_high) == (best.loc[ktab.rps.min()], best.loc[ktab.rps.max()])
+    assert head.k_low != head.k_high  # C2R > 1 on these draws: the best k falls with load
+    assert f"k = {head.k_high} at {head.rps_high:.2g} req/s" in head.lines[1]
 
 
 def _strict(text: str):
@@ -73,14 +81,27 @@ def test_report_json_is_strict_and_excluded_points_are_grouped(fit_with_data, tm
             "rps": [9.0, 9.5, 10.0, 10.5, 11.0],
             "rule": ["flagged", "flagged", "flagged", "preempted", "flagged+preempted"],
             "reason": ["saturated: throughput mode (all requests at once)"] * 3
-            + ["preempted", "saturated; 463 preemptions; preempted"],
+            + ["preempted", "saturated; 463 preemptions; " + "preempted " * 20],
         }
     )
     report.write_report(fit_with_data, tmp_path)
     doc = _strict((tmp_path / "headline.json").read_text())
     assert "null_means" in doc and doc["workload"]["cell"] == "1024x1024"
     summary = (tmp_path / "summary.md").read_text()
-    assert "| rule | rows | example |" in summary and "| flagged | 3 |" in summary
+    assert "| rule | rows | example point | reason |" in summary
+    assert (
+        "| flagged | 3 | V8, 1024x1024 at 9 req/s | saturated: throughput mode (all requests "
+        "at once) |" in summary
+    )
+    long_reason = next(ln for ln in summary.splitlines() if ln.startswith("| flagged + pre"))
+    assert long_reason.endswith("preempted … |")  # cut at a word, and marked
+    # a browser-rendered view shows the figures inline, each with its caption
+    for name in ("collapse.png", "k_map.png", "cost_ratios.png"):
+        assert f"![{name}]({name})" in summary and (tmp_path / name).exists()
+    ratio_rows = [ln for ln in summary.split("## Cost ratios")[1].splitlines() if ln[:3] == "| 1"]
+    mean, interval = r"\d+\.\d{3}", r"\d+\.\d{3}–\d+\.\d{3}"  # one format for every ratio
+    cells = [c.strip() for c in ratio_rows[0].split("|")[2:6]]
+    assert all(re.fullmatch(f, c) for f, c in zip((mean, interval) * 2, cells, strict=True))
     assert "load_fit(path).excluded" in summary and "excluded_data" in summary
     assert max(len(line) for line in summary.splitlines() if not line.startswith("|")) < 400
 

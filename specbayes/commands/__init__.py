@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 __all__ = [
     "acceptance",
+    "acceptance_length",
     "acceptance_list",
     "float_list",
     "int_list",
@@ -21,6 +22,7 @@ __all__ = [
     "positive_int",
     "positive_int_list",
     "probability",
+    "tokens",
 ]
 
 
@@ -53,6 +55,10 @@ positive_int = _checked(int, lambda v: v >= 1, "must be an integer >= 1")
 nonneg_int = _checked(int, lambda v: v >= 0, "must be an integer >= 0")
 probability = _checked(float, lambda v: 0 < v < 1, "must lie strictly between 0 and 1")
 acceptance = _checked(float, lambda v: 0 < v <= 1, "must lie in (0, 1] (per-token acceptance)")
+tokens = _checked(float, lambda v: v >= 1, "must be >= 1 token")
+acceptance_length = _checked(
+    float, lambda v: v > 1, "must be > 1 (tokens committed per SD cycle, 1 + accepted / drafts)"
+)
 
 
 def _list(text: str, item: Callable[[str], float], what: str) -> list:

@@ -125,6 +125,36 @@ def probe_writable(path: Path) -> Path | None:
     return created
 
 
+def check_level(table, model: str, source) -> None:
+    """Refuse, before any sampling, a model level the kept rows cannot inform.
+
+    ``sd`` needs speculative-decoding rows (k > 0): without them the drafter's costs rest on
+    their priors alone; ``dense`` needs dense rows (k = 0); ``moe`` refuses dense verifiers
+    (:func:`specbayes.model.build_design` says which).
+    """
+    data = table.data
+    if data.empty:
+        return
+    if model == "sd" and not (data["k"] > 0).any():
+        raise ValueError(
+            f"{source}: no rows with k > 0 — the sd level needs speculative-decoding sweeps "
+            "(its drafter costs would rest on their priors alone); fit dense runs with "
+            "--model dense"
+        )
+    if model == "dense" and not (data["k"] == 0).any():
+        raise ValueError(
+            f"{source}: no rows with k = 0 — the dense level fits dense runs only; fit "
+            "speculative-decoding sweeps with --model sd"
+        )
+    if model == "moe":
+        from specbayes.model import build_design
+
+        try:
+            build_design(data, model)
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+
+
 def save_atomically(result, path: Path) -> Path:
     """Write the fit beside ``path`` and move it into place (no half-written file on failure)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.data}: all {len(table.excluded)} rows are excluded ({table.summary()}) — "
             "nothing left to fit; `specbayes ingest FILE` lists each row's reason"
         )
+    check_level(table, args.model, args.data)
     config = {
         key: getattr(args, key)
         for key in ("chains", "draws", "tune", "seed", "cores", "sampler", "start")

@@ -13,10 +13,10 @@ from specbayes.commands import (
     acceptance_list,
     float_list,
     int_list,
-    nonneg_float,
     nonneg_int,
     positive_float,
     probability,
+    tokens,
 )
 
 #: Printed column names (with units) of the plan tables; columns not listed are not printed.
@@ -97,8 +97,8 @@ def _arm_args(p: argparse.ArgumentParser) -> None:
         help="workload: a fitted cell, or '<prefill>x<decode>' (e.g. 256x256), which sets the "
         "tokens; with --prefill/--decode, a label",
     )
-    g.add_argument("--prefill", type=nonneg_float, help="mean prompt tokens")
-    g.add_argument("--decode", type=positive_float, help="mean output tokens")
+    g.add_argument("--prefill", type=tokens, help="mean prompt tokens")
+    g.add_argument("--decode", type=tokens, help="mean output tokens")
     g.add_argument("--alpha", type=acceptance, help="per-token acceptance (omit: the data's)")
     g.add_argument("--k", type=nonneg_int, help="draft length of the SD arm")
 
@@ -109,7 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="speedup vs load, break-even, best k, capacity and replicas from a saved fit",
         description="Decisions with intervals from a saved fit (FIT.nc). Every number is "
         "computed per posterior draw and then summarised. Loads in requests/s, latencies in "
-        "seconds, intervals are central 90 %% intervals.",
+        "seconds, intervals are central 90 % intervals.",
     )
     p.add_argument("fit", type=Path, help="fit artefact written by `specbayes fit --out`")
     _arm_args(p)
@@ -254,6 +254,7 @@ def _write_plan(out: Path, arm, tables: dict) -> None:
 
 def run_plan(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir
+    from specbayes.report import extrapolation_notes
 
     if args.total_rps is not None and args.slo is None:
         raise ValueError(
@@ -265,6 +266,8 @@ def run_plan(args: argparse.Namespace) -> int:
     arm = _arm(fit, args)
     print(f"plan for {arm.label()} on {arm.hardware}, workload {arm.cell} "
           f"(prefill {arm.prefill:g}, decode {arm.decode:g} tokens)")  # fmt: skip
+    for note in extrapolation_notes(fit, arm):
+        print(note)
     tables = _tables(fit, arm, args)
     for name, t in tables.items():
         if not (name == "capacity" and "replicas" in tables):  # replicas repeats its columns
@@ -285,11 +288,12 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir
-    from specbayes.report import write_report
+    from specbayes.report import extrapolation_notes, write_report
 
     check_out_dir(args.out)
     fit = load_plannable(args.fit)
-    head = write_report(fit, args.out, arm=_arm(fit, args), slo=args.slo, prob=args.prob)
-    print("\n".join(head.lines))
+    arm = _arm(fit, args)
+    head = write_report(fit, args.out, arm=arm, slo=args.slo, prob=args.prob)
+    print("\n".join([*extrapolation_notes(fit, arm), *head.lines]))
     print(f"report written to {args.out}/summary.md")
     return 0

@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "validate",
         help="leave-n-out over (prefill, decode) cells vs the curve_fit baseline, plus LOO/PPC",
         description="Hold out n cells per (verifier, hardware), fit the rest, and score the "
-        "held-out rows (R², ELPD, 50/90 %% coverage, PIT) for specbayes and for the paper's "
+        "held-out rows (R², ELPD, 50/90 % coverage, PIT) for specbayes and for the paper's "
         "curve_fit trend baseline on the same folds; then fit all data for in-sample checks "
         "(PSIS-LOO Pareto k, BFMI, posterior-predictive coverage).",
     )
@@ -124,6 +124,7 @@ def _write(out: Path, res, checks: dict, pareto_k) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir, dumps
+    from specbayes.commands.fit import check_level
     from specbayes.data import validate_sweeps
     from specbayes.fit import fit
     from specbayes.validate import leave_n_out
@@ -131,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     cfg = _config(args)
     table = validate_sweeps(_load(args.data), allow_unknown_alpha=True)
+    check_level(table, args.model, args.data)  # before the folds' progress bars
     print(f"{table.summary()}; leave-out n = {args.leave_out}, {args.repeats} folds each")
     methods = ("specbayes",) if args.no_baseline else ("specbayes", "baseline")
     res = leave_n_out(

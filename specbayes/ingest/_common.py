@@ -285,6 +285,12 @@ def load_file(path: str | Path) -> LoadedFile:
             raise IngestError(path, f"truncated or corrupt gzip data ({exc})") from None
     if blob[:4] == b"PAR1":
         return LoadedFile(str(path), "parquet", str(path))
+    if blob[:4] == b"PK\x03\x04":
+        raise IngestError(
+            path,
+            "a zip archive (an Excel .xlsx workbook?), not a benchmark report — export the "
+            "sheet as CSV (comma-separated) and ingest that",
+        )
     try:
         text = blob.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -295,6 +301,12 @@ def load_file(path: str | Path) -> LoadedFile:
     if stripped[0] in "{[":
         return _load_json(path, stripped)
     first = stripped.splitlines()[0]
+    if first.count("\t") >= 2 and "," not in first:
+        raise IngestError(
+            path,
+            "tab-separated, but CSV input is read comma-separated — save it with ',' as the "
+            "separator (and '.' as the decimal mark)",
+        )
     if "," in first and ":" not in first.split(",")[0]:
         return LoadedFile(str(path), "csv", text)
     return _load_yaml(path, text)

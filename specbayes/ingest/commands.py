@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specbayes.commands import acceptance, nonneg_int, positive_float, positive_int, probability
+from specbayes.commands import (
+    acceptance,
+    acceptance_length,
+    nonneg_int,
+    positive_int,
+    probability,
+)
 
 __all__ = ["OUT_SUFFIXES", "handler", "register"]
 
@@ -31,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     acc.add_argument("--alpha", type=acceptance, help="per-token acceptance probability")
     acc.add_argument(
         "--acceptance-length",
-        type=positive_float,
+        type=acceptance_length,
         help="mean acceptance length, 1 + accepted/drafts",
     )
     p.add_argument("--k", type=nonneg_int, help="draft length (0 = dense)")
@@ -81,6 +87,9 @@ def check_out(path: str | None) -> Path | None:
             f"--out {out}: cannot write a {out.suffix or 'suffix-less'} file — the sweep "
             f"table is written as {', '.join(OUT_SUFFIXES)}; give one of those suffixes"
         )
+    from specbayes.artefacts import check_writable
+
+    check_writable(out)
     return out
 
 

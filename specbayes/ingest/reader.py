@@ -23,6 +23,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import math
+import re
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -32,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from specbayes import laws
-from specbayes.data import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TEXT_COLUMNS
+from specbayes.data import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TEXT_COLUMNS, strip_labels
 from specbayes.ingest import guidellm, vllm_bench
 from specbayes.ingest._common import (
     ERROR_THRESHOLD,
@@ -125,6 +126,7 @@ def _unknown(path: str, doc: dict, where: str | None = None) -> IngestError:
 
 
 def _table_rows(df: pd.DataFrame, path: str) -> tuple[list[dict], dict]:
+    df = strip_labels(df)
     missing = [c for c in ("prefill", "decode", "rps", "latency") if c not in df.columns]
     if missing:
         raise IngestError(
@@ -269,10 +271,35 @@ def read(
     loaded = load_file(path)
     thresholds = {"rate_tolerance": rate_tolerance, "error_threshold": error_threshold}
     rows, info = _rows(loaded, thresholds)
+    if labels.get("cell") is not None:
+        _check_cell_label(str(labels["cell"]), rows, info, loaded.path)
     df = _frame(rows, {k: v for k, v in labels.items() if v is not None}, info, loaded.path)
     df.attrs["source"] = loaded.path
     df.attrs["format"] = info["format"]
     return df
+
+
+def _check_cell_label(cell: str, rows: list[dict], info: dict, path: str) -> None:
+    """A ``cell`` label must be a name or a whole ``<prefill>x<decode>``, and may not merge
+    the several workloads of a sweep table into one cell."""
+    if re.fullmatch(r"\s*\d*\s*[xX]\s*\d*\s*", cell) and not re.fullmatch(
+        r"\s*\d+\s*[xX]\s*\d+\s*", cell
+    ):
+        raise ValueError(
+            f"--cell {cell}: not '<prefill>x<decode>' — give both token counts (e.g. 1024x256) "
+            "or a name for the workload"
+        )
+    if info.get("format") != "sweep table":
+        return  # one benchmark file is one workload
+    own = {str(r["cell"]) for r in rows if not _nan(r.get("cell"))}
+    tokens = {(r.get("prefill"), r.get("decode")) for r in rows}
+    found = sorted(own) if own else [f"{p:g}x{g:g}" for p, g in sorted(tokens)]
+    if len(found) > 1:
+        shown = ", ".join(found[:6]) + (" …" if len(found) > 6 else "")
+        raise ValueError(
+            f"--cell {cell}: would give one label to the {len(found)} workloads of {path} "
+            f"({shown}) — omit --cell (a sweep table keeps its own cells)"
+        )
 
 
 def _nan(value: Any) -> bool:
@@ -442,6 +469,14 @@ def ingest_files(
             )
         if df["verifier"].isna().any():
             raise ValueError(f"{path}: verifier not given and the file names no model")
+        acc = [n for n in ("alpha", "acceptance_length") if labels.get(n) is not None]
+        if acc and (df["k"] == 0).all():
+            option = "--" + acc[0].replace("_", "-")
+            raise ValueError(
+                f"{option} {labels[acc[0]]}: {path} holds dense runs only (k = 0: no drafter "
+                "or draft length given, no spec-decode counters in the file) — give --drafter "
+                f"and --k for a speculative-decoding run, or omit {option}"
+            )
         frames.append(df)
         files.append((str(path), df.attrs["format"], len(df)))
     if not frames:
