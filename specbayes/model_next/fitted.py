@@ -471,7 +471,12 @@ class NextFit:
         observed and constant data, excluded rows, ArviZ names and stamps, attrs."""
         import arviz as az
 
-        from specbayes.artefacts import rename_sample_stats, split_internal, stamp_groups
+        from specbayes.artefacts import (
+            add_natural_scale,
+            rename_sample_stats,
+            split_internal,
+            stamp_groups,
+        )
         from specbayes.fit import _frame_to_dataset, _strict_json
 
         d, post = self.design, self.idata.posterior
@@ -504,6 +509,7 @@ class NextFit:
             warnings.filterwarnings("ignore", message=".*excluded_data.*", category=UserWarning)
             self.idata.add_groups(groups)
         rename_sample_stats(self.idata)
+        add_natural_scale(self.idata)
         self.idata.attrs.update(
             {
                 "model": self.model_name,
