@@ -250,6 +250,11 @@ CASES = [
     ("demo-draws-negative", "demo --draws -1", "--draws", []),
     ("demo-out-is-file", "demo --out afile", "is an existing file", []),
     ("demo-out-under-a-file", "demo --out afile/d", "afile is a file", []),
+    ("simulate-zero-requests", "simulate --verifier Qwen3-8B --rps 1 --n-requests 0", "0", []),
+    ("simulate-one-rate", "simulate --verifier Qwen3-8B --profile sweep --rates 1", "2", []),
+    ("simulate-out-suffix", "simulate --dataset demo --out x.txt", ".parquet", ["x.txt"]),
+    ("simulate-out-under-a-file", "simulate --dataset demo --out afile/x.csv", "afile", []),
+    ("simulate-out-folder", "simulate --verifier Qwen3-8B --rps 1 --out folder", "folder", []),
 ]
 
 

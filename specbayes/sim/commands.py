@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specbayes.artefacts import check_writable
 from specbayes.commands import positive_int
 from specbayes.parallel import SCHEDULER_HELP, scheduler_arg
 
@@ -51,8 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="constant",
         help="open-loop arrivals (default constant, as GuideLLM's sweep)",
     )
-    p.add_argument("--rates", type=int, default=9, help="load points of a sweep (default 9)")
-    p.add_argument("--n-requests", type=int, help="requests of a single point")
+    p.add_argument(
+        "--rates", type=_sweep_rates, default=9, help="load points of a sweep (>= 2, default 9)"
+    )
+    p.add_argument("--n-requests", type=positive_int, help="requests of a single point")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
     p.add_argument(
         "--workers",
@@ -64,6 +67,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="write rows to .csv or .parquet (default: print a table)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=handler)
+
+
+def _sweep_rates(text: str) -> int:
+    """A sweep's number of load points: an integer >= 2 (a line needs two points)."""
+    n = positive_int(text)
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2 (a sweep needs two loads); got {n}")
+    return n
+
+
+_SUFFIXES = (".csv", ".csv.gz", ".parquet")
+
+
+def _check_out(out: str | None) -> None:
+    """``--out``'s suffix and writability, before any simulation."""
+    if out is None:
+        return
+    if not out.endswith(_SUFFIXES):
+        raise ValueError(f"--out must end in .csv, .csv.gz or .parquet; got {out}")
+    if Path(out).is_dir():
+        raise ValueError(f"--out {out}: is a folder — give a file name ending in .csv or .parquet")
+    check_writable(Path(out))
 
 
 def _write(df, out: str | None) -> None:
@@ -107,6 +132,7 @@ def handler(args: argparse.Namespace) -> int:
 
     from specbayes import sim
 
+    _check_out(args.out)
     if args.dataset:
         df = sim.build_dataset(
             args.dataset,
