@@ -200,19 +200,6 @@ def test_bad_input_errors():
         fit(df, model="quantum")
 
 
-def test_numpyro_absent_is_a_clear_error():
-    pytest.importorskip("pymc")
-    try:
-        import numpyro  # noqa: F401
-
-        pytest.skip("numpyro installed")
-    except ImportError:
-        pass
-    df, _ = simulate_sweeps(seed=5)
-    with pytest.raises(ValueError, match="numpyro"):
-        fit(df, model="sd", sampler_config={"sampler": "numpyro"})
-
-
 def test_excluded_rows_are_kept_with_reasons(sd_fit, tmp_path):
     assert len(sd_fit.excluded) == 3 and sd_fit.excluded["reason"].str.contains("saturated").all()
     back = load_fit(sd_fit.save(tmp_path / "f.nc"))
