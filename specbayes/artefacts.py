@@ -30,6 +30,7 @@ __all__ = [
     "check_out_dir",
     "check_writable",
     "dumps",
+    "finish_fit_artefact",
     "jsonable",
     "rename_sample_stats",
     "split_internal",
@@ -204,6 +205,30 @@ def add_natural_scale(idata) -> None:
     new = {n: np.exp(post[log]) for n, log in pairs.items() if log in post and n not in post}
     if new:
         idata.posterior = post.assign(new)
+
+
+def finish_fit_artefact(idata, groups: dict, attrs: dict, sampler: str) -> None:
+    """Replace ``groups`` in ``idata``, move internal variables out of ``posterior``, use
+    ArviZ's sample_stats names, add natural-scale coefficients, set ``attrs`` and stamp
+    every group (the conventions above, in one place for every fit)."""
+    import warnings
+
+    import arviz as az
+
+    from specbayes import __version__
+
+    for name in groups:
+        if name in idata.groups():
+            del idata[name]
+    groups = {**groups, **split_internal(idata)}
+    with warnings.catch_warnings():
+        # 'excluded_data' is a custom group (ArviZ warns once about any such group)
+        warnings.filterwarnings("ignore", message=".*excluded_data.*", category=UserWarning)
+        idata.add_groups(groups)
+    rename_sample_stats(idata)
+    add_natural_scale(idata)
+    idata.attrs.update({**attrs, "specbayes_version": __version__})
+    stamp_groups(idata, sampler, az.__version__, __version__)
 
 
 def stamp_groups(idata, sampler: str, arviz_version: str, specbayes_version: str) -> None:

@@ -68,13 +68,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from specbayes import __version__
-from specbayes.artefacts import (
-    add_natural_scale,
-    rename_sample_stats,
-    split_internal,
-    stamp_groups,
-)
+from specbayes.artefacts import finish_fit_artefact
 from specbayes.data import SweepTable, cell_label, validate_sweeps
 from specbayes.mode import NutpieDensity, mode_start
 from specbayes.model import (
@@ -451,8 +445,6 @@ class Fit:
 
     def _attach_groups(self) -> None:
         """Add observed/constant data, excluded rows, log-likelihood and predictive groups."""
-        import arviz as az
-
         d = self.design
         n_obs = len(d.data)
         post = self.idata.posterior
@@ -492,28 +484,13 @@ class Fit:
             "constant_data": _frame_to_dataset(d.data, "obs"),
             "excluded_data": _frame_to_dataset(self.excluded, "excluded_row"),
         }
-        for name in groups:
-            if name in self.idata.groups():
-                del self.idata[name]
-        groups.update(split_internal(self.idata))
-        import warnings
-
-        with warnings.catch_warnings():
-            # 'excluded_data' is a custom group (ArviZ warns once about any such group)
-            warnings.filterwarnings("ignore", message=".*excluded_data.*", category=UserWarning)
-            self.idata.add_groups(groups)
-        rename_sample_stats(self.idata)
-        add_natural_scale(self.idata)
-        self.idata.attrs.update(
-            {
-                "model": self.model_name,
-                "model_id": f"specbayes.{self.model_name}",
-                "config": _strict_json(self.config),
-                "specbayes_version": __version__,
-                "alpha_inferred": int(self.alpha_inferred),
-            }
-        )
-        stamp_groups(self.idata, cfg.get("sampler", "nutpie"), az.__version__, __version__)
+        attrs = {
+            "model": self.model_name,
+            "model_id": f"specbayes.{self.model_name}",
+            "config": _strict_json(self.config),
+            "alpha_inferred": int(self.alpha_inferred),
+        }
+        finish_fit_artefact(self.idata, groups, attrs, cfg.get("sampler", "nutpie"))
 
     # -- coefficients -----------------------------------------------------------------------
     def _fitted_mu_sigma(self, stacked: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:

@@ -469,14 +469,7 @@ class NextFit:
     def _attach_groups(self) -> None:
         """log_likelihood and posterior_predictive of the fitted rows (the functions above),
         observed and constant data, excluded rows, ArviZ names and stamps, attrs."""
-        import arviz as az
-
-        from specbayes.artefacts import (
-            add_natural_scale,
-            rename_sample_stats,
-            split_internal,
-            stamp_groups,
-        )
+        from specbayes.artefacts import finish_fit_artefact
         from specbayes.fit import _frame_to_dataset, _strict_json
 
         d, post = self.design, self.idata.posterior
@@ -499,26 +492,12 @@ class NextFit:
             "constant_data": _frame_to_dataset(d.data.drop(columns=["_config"]), "obs"),
             "excluded_data": _frame_to_dataset(self.excluded, "excluded_row"),
         }
-        for name in groups:
-            if name in self.idata.groups():
-                del self.idata[name]
-        groups.update(split_internal(self.idata))
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*excluded_data.*", category=UserWarning)
-            self.idata.add_groups(groups)
-        rename_sample_stats(self.idata)
-        add_natural_scale(self.idata)
-        self.idata.attrs.update(
-            {
-                "model": self.model_name,
-                "model_id": MODEL_ID,
-                "config": _strict_json(self.config),
-                "specbayes_version": __version__,
-            }
-        )
-        stamp_groups(self.idata, "nutpie", az.__version__, __version__)
+        attrs = {
+            "model": self.model_name,
+            "model_id": MODEL_ID,
+            "config": _strict_json(self.config),
+        }
+        finish_fit_artefact(self.idata, groups, attrs, "nutpie")
 
     def save(self, path: str | Path) -> Path:
         """Write the artefact (one netCDF file)."""
