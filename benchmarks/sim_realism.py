@@ -237,22 +237,11 @@ PAPER_CELL = ("Qwen3-8B", 1024, 1024)
 
 
 def _paper_cell_sweep(args) -> list[dict]:
-    from specbayes.sim.point import make_config
+    from specbayes.sim.datasets import group_config
     from specbayes.sim.sweep import sweep_config
 
     group, alpha, k, engine, seed = args
-    cfg = make_config(
-        group.verifier,
-        hardware=group.hardware,
-        drafter=group.drafter if k > 0 else None,
-        tp=group.tp,
-        prefill=group.prefill,
-        decode=group.decode,
-        alpha=alpha,
-        k=k,
-        engine=engine,
-    )
-    return sweep_config(cfg, seed=seed)
+    return sweep_config(group_config(group, alpha, k, engine), seed=seed)
 
 
 def paper_cell_sim(

@@ -28,10 +28,9 @@ def sweeps() -> pd.DataFrame:
     return simulate_sweeps(seed=3)[0]
 
 
-def test_two_folds_on_a_local_cluster_equal_the_serial_run(sweeps):
-    """The fold machinery on a LocalCluster, in seconds: the curve_fit folds."""
+def _serial_and_on_a_local_cluster(sweeps: pd.DataFrame, **args):
+    """``leave_n_out`` serially and on a two-worker in-process LocalCluster."""
     distributed = pytest.importorskip("distributed")
-    args = dict(n=1, repeats=2, methods=("baseline",))
     serial = validate.leave_n_out(sweeps, **args)
     with (
         distributed.LocalCluster(
@@ -41,6 +40,12 @@ def test_two_folds_on_a_local_cluster_equal_the_serial_run(sweeps):
     ):
         spread = validate.leave_n_out(sweeps, **args, scheduler=client)
         assert len(client.scheduler_info()["workers"]) == 2
+    return serial, spread
+
+
+def test_two_folds_on_a_local_cluster_equal_the_serial_run(sweeps):
+    """The fold machinery on a LocalCluster, in seconds: the curve_fit folds."""
+    serial, spread = _serial_and_on_a_local_cluster(sweeps, n=1, repeats=2, methods=("baseline",))
     assert len(serial.folds) == 2
     pd.testing.assert_frame_equal(_without_timing(serial.folds), _without_timing(spread.folds))
     pd.testing.assert_frame_equal(serial.predictions, spread.predictions)
@@ -49,17 +54,7 @@ def test_two_folds_on_a_local_cluster_equal_the_serial_run(sweeps):
 @pytest.mark.slow
 def test_two_fitted_folds_on_a_local_cluster_equal_the_serial_run(sweeps):
     """The same with the specbayes fits (four nutpie compiles: minutes, so the slow tier)."""
-    distributed = pytest.importorskip("distributed")
-    args = dict(n=1, repeats=2, sampler_config=TINY)
-    serial = validate.leave_n_out(sweeps, **args)
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        spread = validate.leave_n_out(sweeps, **args, scheduler=client)
-        assert len(client.scheduler_info()["workers"]) == 2
+    serial, spread = _serial_and_on_a_local_cluster(sweeps, n=1, repeats=2, sampler_config=TINY)
     assert len(serial.folds) == 4  # 2 folds x (specbayes, curve_fit)
     assert set(serial.folds.method) == {"specbayes sd", "curve_fit trends"}
     pd.testing.assert_frame_equal(_without_timing(serial.folds), _without_timing(spread.folds))

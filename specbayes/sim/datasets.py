@@ -122,21 +122,26 @@ def design(name: str, seed: int = 0) -> list[SweepGroup]:
     raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DESIGNS)}")
 
 
+def group_config(group: SweepGroup, alpha: float, k: int, engine=None):
+    """The simulator configuration of one (alpha, k) sweep of ``group`` (dense at k = 0)."""
+    return make_config(
+        group.verifier,
+        hardware=group.hardware,
+        drafter=group.drafter if k > 0 else None,
+        tp=group.tp,
+        prefill=group.prefill,
+        decode=group.decode,
+        alpha=alpha,
+        k=k,
+        engine=engine,
+    )
+
+
 def _run_group(group: SweepGroup, *, seed: int) -> list[dict]:
     """The rows of every sweep of ``group`` (one task)."""
     rows: list[dict] = []
     for alpha, k in group.pairs:
-        cfg = make_config(
-            group.verifier,
-            hardware=group.hardware,
-            drafter=group.drafter if k > 0 else None,
-            tp=group.tp,
-            prefill=group.prefill,
-            decode=group.decode,
-            alpha=alpha,
-            k=k,
-        )
-        rows.extend(sweep_config(cfg, seed=seed))
+        rows.extend(sweep_config(group_config(group, alpha, k), seed=seed))
     return rows
 
 
