@@ -24,7 +24,7 @@ core on the demo (what ``specbayes validate data/demo.parquet --model sd --leave
 against the curve_fit trends on the same folds.
 
 ``heldout [--cases CELL ...]``: leave one demo cell out (both verifiers), fit the rest (seed 1),
-predict the cell from the hierarchy (:func:`specbayes.model_next.predict.predict_new_cells`):
+predict the cell from the hierarchy (``NextFit.predict(rows, measured=True)``):
 R² of the predictive median latency, 50 %/90 % interval coverage.
 """
 
@@ -182,39 +182,27 @@ def run_demo(seeds: list[int], priors: dict, out: Path) -> None:
 
 
 def run_heldout(cells: list[str] | None, out: Path) -> None:
-    """Leave one cell out of the demo (both verifiers), fit the rest, predict the cell."""
+    """Leave one cell out of the demo (both verifiers), fit the rest, predict the cell
+    (:meth:`specbayes.model_next.fitted.NextFit.predict` with ``measured=True``)."""
     from specbayes.data import SweepTable
-    from specbayes.model_next.predict import predict_new_cells
+    from specbayes.model_next.fitted import fit_next
+    from specbayes.validate import heldout_scores
 
     table = _demo_table()
     for cell in cells or sorted(table.data["cell"].unique()):
         keep = table.data["cell"] != cell
-        train = build_design(SweepTable(table.data[keep], table.excluded))
-        test = build_design(SweepTable(table.data[~keep], table.excluded), structure="pooled")
-        model = build_model(train)
-        idata, timing = sample(model, 1)
-        h = health(idata, model)
-        draws = predict_new_cells(idata, train, test, seed=1)
-        y = np.exp(test.log_latency)
-        pred = np.exp(draws)
-        med = np.median(pred, axis=0)
-        r2 = 1 - np.sum((y - med) ** 2) / np.sum((y - y.mean()) ** 2)
-        cover = {}
-        for level in (0.5, 0.9):
-            lo, hi = np.percentile(pred, [50 * (1 - level), 50 * (1 + level)], axis=0)
-            cover[f"cover_{int(level * 100)}"] = float(np.mean((y >= lo) & (y <= hi)))
-        rec = {
-            "heldout_cell": cell,
-            "rows": len(y),
-            "r2": float(r2),
-            **cover,
-            "past_wall": int(np.sum(~np.isfinite(med))),
-            "divergences": h["divergences"],
-            "rhat_max": h["rhat_max"],
-            "ess_bulk_min": h["ess_bulk_min"],
-            **{k: round(v, 1) for k, v in timing.items()},
-        }
-        _emit(rec, out)
+        result = fit_next(SweepTable(table.data[keep], table.excluded), seed=1)
+        test = table.data[~keep]
+        scores = heldout_scores(
+            test["latency"].to_numpy(),
+            result.mean_latency(test, measured=True).values,
+            result.predict(test, measured=True).values,
+        )
+        scores.pop("pit")
+        h = result.summary()
+        _emit({"heldout_cell": cell, "rows": len(test), **scores, **{
+            k: h[k] for k in ("divergences", "max_r_hat", "min_ess_bulk", "wall_s")
+        }}, out)  # fmt: skip
 
 
 def run_validate(n: int, repeats: int, out: Path) -> None:

@@ -10,6 +10,8 @@ Layout
 :mod:`.hierarchy`  the hierarchical location of the log coefficients (graph and prediction)
 :mod:`.graph`      :func:`build_model` — the ``pm.Model``, top to bottom as the math
 :mod:`.sampling`   the one default sampler configuration and a health summary
+:mod:`.physics`    roofline magnitudes of the coefficients (the group levels' prior centres)
+:mod:`.fitted`     :class:`~.fitted.NextFit`: the posterior and one density for every evaluation
 """
 
 from specbayes.model_next.design import Design, build_design
