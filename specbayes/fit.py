@@ -281,7 +281,7 @@ def fit(
     sampler_config: dict | None = None,
     priors: dict | None = None,
     progress: bool = True,
-    core: str = "legacy",
+    core: str | None = None,
 ) -> Fit:
     """Fit a latency model to sweep data.
 
@@ -297,11 +297,13 @@ def fit(
         Overrides of :data:`specbayes.model.DEFAULT_PRIORS`.
     progress : bool
         Show the sampler's progress bar.
-    core : {"legacy", "next"}
-        ``"next"``: the redesigned generative core (:mod:`specbayes.model_next`; levels
-        ``sd`` and ``dense``, its one sampler configuration — ``sampler_config`` may set only
-        ``seed``), returning a :class:`specbayes.model_next.fitted.NextFit` with the same
-        methods. Transitional: it becomes the only core once it passes every check.
+    core : {"next", "legacy"}, optional
+        ``"next"`` (the default for ``sd`` and ``dense``): the generative core
+        (:mod:`specbayes.model_next`, its one sampler configuration — ``sampler_config`` may
+        set ``seed`` and :data:`specbayes.model_next.sampling.SAMPLER_OPTIONS`), returning a
+        :class:`specbayes.model_next.fitted.NextFit` with the same methods. ``"legacy"``
+        (the default for ``moe`` until the next core has that level): this module's
+        :class:`Fit`. Transitional: the next core becomes the only one.
 
     Returns
     -------
@@ -313,6 +315,7 @@ def fit(
         Empty table, all rows excluded (saturated), one load level per configuration,
         unknown model or sampler.
     """
+    core = core or ("legacy" if model == "moe" else "next")
     if core == "next":
         return _fit_next(sweeps, model, sampler_config, priors, progress)
     if core != "legacy":
@@ -370,14 +373,12 @@ def _fit_next(sweeps, model: str, sampler_config: dict | None, priors, progress:
     """:func:`specbayes.model_next.fitted.fit_next` behind :func:`fit`'s signature."""
     from specbayes.model_next.fitted import fit_next
 
-    extra = sorted(set(sampler_config or {}) - {"seed"})
-    if extra:
-        raise ValueError(
-            f"the next core has one sampler configuration; sampler_config may set only 'seed' "
-            f"(got {extra})"
-        )
-    seed = (sampler_config or {}).get("seed", SAMPLER_DEFAULTS["seed"])
-    return fit_next(sweeps, model, priors=priors, seed=int(seed), progress=progress)
+    options = dict(sampler_config or {})
+    seed = options.pop("seed", None)
+    seed = SAMPLER_DEFAULTS["seed"] if seed is None else seed
+    return fit_next(
+        sweeps, model, priors=priors, seed=int(seed), progress=progress, sampler_options=options
+    )
 
 
 class Fit:

@@ -203,7 +203,7 @@ def _run_fold(
     model: str,
     sampler_config: dict | None,
     methods: tuple,
-    core: str,
+    core: str | None,
 ) -> tuple[list[dict], list[pd.DataFrame]]:
     """Fit ``methods`` on ``fold``'s training rows and score its held-out rows (one task)."""
     held = fold.mask(data)
@@ -227,11 +227,12 @@ def _run_fold(
         )
     if "specbayes" in methods:
         from specbayes.fit import fit
+        from specbayes.model_next.fitted import NextFit
 
         t0 = time.perf_counter()
         result = fit(train, model=model, sampler_config=sampler_config, progress=False, core=core)
         # the next core conditions measured (kept, unsaturated) rows below their wall
-        kw = {"measured": True} if core == "next" else {}
+        kw = {"measured": True} if isinstance(result, NextFit) else {}
         mu = result.mean_latency(test, **kw).values
         pp = result.predict(test, **kw).values
         ll = result.log_likelihood(test, **kw).values
@@ -291,7 +292,7 @@ def leave_n_out(
     n_jobs: int | None = None,
     scheduler=None,
     progress: bool = False,
-    core: str = "legacy",
+    core: str | None = None,
 ) -> LeaveNOut:
     """Hold out ``n`` cells per (verifier, hardware), fit on the rest, score the held-out rows.
 
@@ -322,8 +323,9 @@ def leave_n_out(
         depend on it.
     progress : bool
         Show a progress bar over folds (tqdm, on stderr), advanced as folds complete.
-    core : {"legacy", "next"}
-        The model core (:func:`specbayes.fit.fit`).
+    core : {"next", "legacy"}, optional
+        The model core (:func:`specbayes.fit.fit`): by default the next core for ``sd`` and
+        ``dense``, the legacy one for ``moe``.
     """
     table = sweeps if isinstance(sweeps, SweepTable) else validate_sweeps(sweeps)
     data = table.data.reset_index(drop=True)

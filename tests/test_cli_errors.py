@@ -102,6 +102,9 @@ def _bad_fits(d: Path) -> None:
     dense = idata.constant_data["k"].values == 0
     idata.constant_data = idata.constant_data.isel(obs=np.flatnonzero(dense))
     idata.attrs["model"] = "dense"
+    config = json.loads(idata.attrs["config"])
+    config["level"] = "dense"
+    idata.attrs["config"] = json.dumps(config)
     idata.to_netcdf(str(d / "dense.nc"), engine="h5netcdf")
 
 
@@ -365,7 +368,9 @@ def test_fit_artefact_follows_arviz_conventions(ws):
     for group in ("posterior", "sample_stats"):
         attrs = idata[group].attrs
         assert attrs["inference_library"] == "nutpie" and "created_at" in attrs
-    assert idata.attrs["specbayes_version"] and idata.attrs["model_id"] == "specbayes.sd"
+    from specbayes.model_next.fitted import MODEL_ID
+
+    assert idata.attrs["specbayes_version"] and idata.attrs["model_id"] == MODEL_ID
     _strict(idata.attrs["config"])
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from specbayes import parallel, validate
 from specbayes.cli import main
-from specbayes.model import simulate_sweeps
+from specbayes.model_next.simulate import simulate_sweeps
 
 TINY = {"draws": 20, "tune": 20, "chains": 2}
 
@@ -171,22 +171,20 @@ def test_numpyro_without_jax_is_one_clear_error_before_any_work(sweeps, monkeypa
         fit(sweeps, sampler_config={"sampler": "numpyro"})
 
 
-def test_numpyro_samples_the_graph_density_lowered_to_jax_equal_to_the_kernel(sweeps):
-    """What numpyro samples (the graph model, in JAX) is the density nutpie samples (the
-    compiled kernel), at the chains' start."""
+def test_numpyro_samples_the_graph_density_lowered_to_jax(sweeps):
+    """What numpyro samples (the model lowered to JAX) is the density nutpie samples (the
+    PyTensor graph), at the model's initial point."""
     pytest.importorskip("numpyro")
     from pymc.sampling.jax import get_jaxified_logp
 
-    from specbayes.fit import _prepare
-    from specbayes.model import LatencyModel, build_design
+    from specbayes.model_next import build_design, build_model
+    from specbayes.model_next.fitted import prepare_table
 
     assert parallel.jax_chain_method(2) in ("parallel", "sequential", "vectorized")
-    lm = LatencyModel(build_design(_prepare(sweeps, "sd")[0], "sd"))
-    point = lm.model.initial_point()
-    point.update({k: v for k, v in lm.feasible_start().items() if k in point})
-    jax_logp = float(get_jaxified_logp(lm.model)([point[v.name] for v in lm.model.value_vars]))
-    kernel_logp = float(lm.sampling_model.compile_logp()(point))
-    assert jax_logp == pytest.approx(kernel_logp, rel=1e-10)
+    model = build_model(build_design(prepare_table(sweeps, "sd"), "sd"))
+    point = model.initial_point()
+    jax_logp = float(get_jaxified_logp(model)([point[v.name] for v in model.value_vars]))
+    assert jax_logp == pytest.approx(float(model.compile_logp()(point)), rel=1e-10)
 
 
 def test_erfcx_lowered_to_jax_matches_scipy_with_finite_gradients():

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tune", type=nonneg_int, default=None)
     p.add_argument("--seed", type=nonneg_int, default=None)
     p.add_argument("--cores", type=positive_int, default=None)
-    p.add_argument("--sampler", choices=("nutpie", "pymc", "numpyro"), default=None)
+    p.add_argument("--sampler", choices=("nutpie", "numpyro"), default=None)
     p.add_argument(
         "--start",
         choices=("auto", "least_squares", "mode"),
@@ -56,10 +56,12 @@ def format_summary(summary: dict) -> str:
     ]
     cfg = summary.get("sampler_config") or {}
     if cfg:
+        start = f", start {cfg['start']}" if cfg.get("start") else ""
+        structure = f"; {summary['structure']} structure" if summary.get("structure") else ""
         lines.append(
-            f"sampler {cfg.get('sampler')}: {cfg.get('chains')} chains x {cfg.get('draws')} "
-            f"draws ({cfg.get('tune')} tune), target_accept {cfg.get('target_accept')}, "
-            f"start {cfg.get('start')}"
+            f"sampler {cfg.get('sampler', 'nutpie')}: {cfg.get('chains')} chains x "
+            f"{cfg.get('draws')} draws ({cfg.get('tune')} tune), target_accept "
+            f"{cfg.get('target_accept')}{start}{structure}"
         )
     if summary.get("unresolved"):
         lines.append(

@@ -140,12 +140,19 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
         Forced structure; default :func:`choose_structure`.
     """
     if level not in ("dense", "sd"):
-        raise ValueError(f"level must be 'dense' or 'sd' (moe is not built yet); got {level!r}")
+        raise ValueError(f"unknown model {level!r}: choose 'dense' or 'sd'")
     data = table.data if level == "sd" else table.data[table.data["k"] == 0]
     data = data.reset_index(drop=True)
     if "concurrency" not in data:
         data["concurrency"] = np.nan
     data["_config"] = configuration_key(data)
+    load = data["concurrency"].fillna(data["rps"]).round(9)
+    if len(data) and load.groupby(data["_config"]).nunique().max() < 2:
+        raise ValueError(
+            "every configuration has a single load level (one rate or concurrency): the "
+            "load-independent and load-dependent costs C1, C2 cannot be separated; sweep "
+            "at least two loads per configuration"
+        )
     sweeps = _sweep_frame(data)
     structure = structure or choose_structure(sweeps)
     if structure not in STRUCTURES:
@@ -166,19 +173,23 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
     load = np.where(obs_closed, data["concurrency"], data["rps"]).astype(float)
     sd = np.flatnonzero(~is_dense)
     alpha = sweeps["alpha"].to_numpy(float)
-    if structure == "pooled" and np.isnan(alpha[sd]).any():
-        raise NotImplementedError("pooled structure with unknown alpha is not built yet")
     per_unit = sweeps.iloc[sd].groupby("unit")["drafter"].nunique()
     if structure == "pooled" and (per_unit > 1).any():
         raise NotImplementedError(
             "pooled structure with several drafters per workload is not built yet: "
             f"{list(per_unit.index[per_unit > 1])}"
         )
+    # pooled: a workload has one acceptance rate, latent where its SD rows carry none
+    unknown_sd = sd[np.isnan(alpha[sd])]
+    latent_units = sorted({units[u] for u in sweep_unit[unknown_sd]})
+    sweep_latent = np.full(len(sweeps), -1)
+    sweep_latent[unknown_sd] = [latent_units.index(units[u]) for u in sweep_unit[unknown_sd]]
     coords = {
         "obs": np.arange(len(data)),
         "sweep": list(sweeps.index),
         "sd_sweep": list(sweeps.index[sd]),
         "sd_unknown": list(sweeps.index[sd][np.isnan(alpha[sd])]),
+        "unit_latent": latent_units,
         "unit": units,
         "group": groups,
         "cell": units,  # one unit per cell within a group; the label carries verifier|hw
@@ -208,7 +219,7 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
         unit_group=unit_group,
         unit_dense=unit_dense,
         sd=sd,
-        extra={"sweeps": sweeps},
+        extra={"sweeps": sweeps, "sweep_latent": sweep_latent},
     )
     if structure == "anchored":
         _check_anchored(design)

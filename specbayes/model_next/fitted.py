@@ -44,7 +44,7 @@ from specbayes.model_next.graph import _unit_workload, build_model
 from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
 from specbayes.model_next.likelihood import log_density, log_mean_latency, log_row_scale
 from specbayes.model_next.priors import COEFS, merge_priors
-from specbayes.model_next.sampling import SAMPLER_CONFIG, health, sample
+from specbayes.model_next.sampling import SAMPLER_CONFIG, check_options, health, sample
 
 __all__ = ["MODEL_ID", "NextFit", "fit_next", "load_next"]
 
@@ -60,6 +60,7 @@ def fit_next(
     seed: int = 20260,
     progress: bool = False,
     structure: str | None = None,
+    sampler_options: dict | None = None,
 ) -> NextFit:
     """Fit the next model core to sweep rows with the one default sampler configuration.
 
@@ -76,27 +77,63 @@ def fit_next(
         nutpie's progress bar.
     structure : {"anchored", "pooled"}, optional
         Forced structure (default: :func:`specbayes.model_next.design.choose_structure`).
+    sampler_options : dict, optional
+        :data:`~specbayes.model_next.sampling.SAMPLER_OPTIONS` over the one default
+        configuration: fewer draws for a quick look, ``cores``, or ``sampler="numpyro"``.
     """
-    table = (
-        sweeps
-        if isinstance(sweeps, SweepTable)
-        else validate_sweeps(sweeps, allow_unknown_alpha=True)
-    )
+    table = prepare_table(sweeps, level)
     design = build_design(table, level, structure)
     model = build_model(design, priors)
     t0 = time.perf_counter()
-    idata, timing = sample(model, seed, progress=progress)
+    options = check_options(sampler_options)
+    idata, timing = sample(model, seed, progress=progress, **options)
     config = {
         "level": level,
         "structure": design.structure,
         "priors": _jsonable_priors(priors or {}),
-        "sampler_config": {**SAMPLER_CONFIG, "seed": seed},
+        "sampler_config": {**SAMPLER_CONFIG, "sampler": "nutpie", **options, "seed": seed},
         "wall_s": time.perf_counter() - t0,
         **timing,
     }
     result = NextFit(idata, design, excluded=table.excluded, config=config, model=model)
     result._attach_groups()
     return result
+
+
+def prepare_table(sweeps: pd.DataFrame | SweepTable, level: str) -> SweepTable:
+    """The validated table a fit of ``level`` uses; rows it leaves out are in ``excluded``.
+
+    ``dense`` leaves the k > 0 rows out (with their reason).
+
+    Raises
+    ------
+    ValueError
+        An empty table, or every row excluded (the reasons counted).
+    TypeError
+        Neither a DataFrame nor a SweepTable.
+    """
+    if isinstance(sweeps, pd.DataFrame):
+        if len(sweeps) == 0:
+            raise ValueError("the sweep table is empty: nothing to fit")
+        sweeps = validate_sweeps(sweeps, allow_unknown_alpha=True)
+    elif not isinstance(sweeps, SweepTable):
+        raise TypeError("sweeps must be a pandas DataFrame or a SweepTable")
+    data, excluded = sweeps.data, sweeps.excluded
+    if "reason" not in excluded:
+        excluded = excluded.assign(reason=pd.Series(dtype=object))
+    if level == "dense" and (data["k"] > 0).any():
+        spec = data["k"] > 0
+        left = data[spec].assign(reason="k > 0: not fitted by the dense level")
+        data, excluded = data[~spec], pd.concat([excluded, left])
+    if len(data) == 0:
+        if len(excluded) == 0:
+            raise ValueError("the sweep table is empty: nothing to fit")
+        reasons = excluded["reason"].astype(str).value_counts().head(5).to_dict()
+        raise ValueError(
+            f"all {len(excluded)} rows were excluded before fitting (reasons: {reasons}); "
+            "nothing left to fit"
+        )
+    return SweepTable(data, excluded)
 
 
 class NextFit:
@@ -163,7 +200,8 @@ class NextFit:
         if "cell" not in rows or rows["cell"].isna().any():
             cell = rows["prefill"].round().astype(int).astype(str) + "x"
             cell += rows["decode"].round().astype(int).astype(str)
-            rows["cell"] = rows["cell"].fillna(cell) if "cell" in rows else cell
+            given = rows["cell"].astype(object) if "cell" in rows else None
+            rows["cell"] = cell if given is None else given.where(given.notna(), cell)
         if "drafter" not in rows:
             rows["drafter"] = np.where(rows["k"] > 0, "", "none")
         rows["drafter"] = rows["drafter"].fillna("none").astype(str)
@@ -251,7 +289,10 @@ class NextFit:
         group_of = (rows["verifier"] + "|" + rows["hardware"]).to_numpy()
         unknown = sorted(set(group_of) - set(groups))
         if unknown:
-            raise ValueError(f"the fit knows no (verifier|hardware) {unknown}; fitted: {groups}")
+            raise ValueError(
+                f"unknown (verifier|hardware) {unknown}: this fit knows {groups}; a pair the fit "
+                "never saw has no coefficients — fit data that include it"
+            )
         if d.structure != "pooled":
             cells = sorted(set(rows["_unit"]))
             raise ValueError(
@@ -400,9 +441,9 @@ class NextFit:
     def alpha_draws(
         self, verifier: str, drafter: str, cell: str, hardware: str | None = None
     ) -> np.ndarray:
-        """Draws of an inferred alpha, from the tokens per cycle :math:`E` of the fitted SD
-        sweep of (verifier, drafter, cell): :func:`specbayes.laws.alpha_from_acceptance_length`.
-        """
+        """Draws of the inferred alpha of (verifier, drafter, cell): pooled, the workload's
+        latent ``alpha``; anchored, from the tokens per cycle :math:`E` of its SD sweep
+        (:func:`specbayes.laws.alpha_from_acceptance_length`)."""
         d = self.design
         sweeps = d.extra["sweeps"].iloc[d.sd]
         unknown = ~np.isfinite(d.alpha[d.sd])
@@ -414,12 +455,16 @@ class NextFit:
         )
         if hardware is not None:
             match &= (sweeps["hardware"] == hardware).to_numpy()
-        if match.sum() != 1:
+        units = set(sweeps["unit"][match])
+        if len(units) != 1 or (d.structure == "anchored" and match.sum() != 1):
             have = [tuple(r) for r in sweeps.loc[unknown, ["verifier", "drafter", "cell"]].values]
             raise ValueError(
                 f"alpha of ({verifier}, {drafter}, {cell}) was not inferred by this fit; "
-                f"inferred: {have}"
+                f"inferred: {sorted(set(have))}"
             )
+        if d.structure == "pooled":
+            j = d.coords["unit_latent"].index(units.pop())
+            return np.asarray(self._post()["alpha"].values[:, j], float)
         i = int(np.flatnonzero(match)[0])
         tokens = self._post()["tokens_per_cycle"].values[:, i]
         return np.asarray(laws.alpha_from_acceptance_length(tokens, d.k[d.sd][i]), float)

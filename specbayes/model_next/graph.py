@@ -239,7 +239,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     c1_eff, c2_eff = laws.effective_costs(
         full["c1p"], full["c1v"], full.get("c1d", 0.0),
         full["c2p"], full["c2v"], full.get("c2d", 0.0),
-        design.decode, np.where(np.isfinite(design.alpha), design.alpha, 0.5), design.k,
+        design.decode, _sweep_alpha(design, pr), design.k,
     )  # fmt: skip
     # C1's deviation scale is learned; C2's is a fixed jitter (priors: ``c2_jitter``)
     tau_c1 = pm.Gamma("tau_c1", **pr["tau"])
@@ -248,6 +248,20 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     log_c1 = _sweep_level("log_c1_sweep", pt.log(c1_eff), tau[0], None, centred["C1"])
     log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), tau[1], design.log_wall, centred["C2"])
     return log_c1, log_c2
+
+
+def _sweep_alpha(design: Design, pr: dict):
+    r"""Per sweep acceptance :math:`\alpha`: given, or its workload's latent one,
+    :math:`\mathrm{logit}\,\alpha_u \sim \mathcal N` (one per unit: a workload has one
+    acceptance rate, and its sweeps at several k identify it through :math:`E(\alpha, k)`).
+    """
+    given = np.where(np.isfinite(design.alpha), design.alpha, 0.5)  # dense rows: unused
+    if not design.coords["unit_latent"]:
+        return given
+    logit = pm.Normal("alpha_logit", **pr["alpha_logit"], dims="unit_latent")
+    alpha_u = pm.Deterministic("alpha", pm.math.sigmoid(logit), dims="unit_latent")
+    idx = design.extra["sweep_latent"]
+    return pt.where(idx >= 0, alpha_u[np.maximum(idx, 0)], given)
 
 
 def _group_levels(design: Design, pr: dict, loc: np.ndarray, sd: np.ndarray):

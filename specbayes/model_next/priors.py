@@ -38,6 +38,9 @@ Pooled structure (coefficients shared across sweeps)
         (``physics.roofline_centres``' ``request_s``), which 0.5 allows.
     ``trend``
         Normal prior of the log-log slope of a coefficient on its cell covariate.
+    ``alpha_logit``
+        Normal prior of the logit of a workload's latent acceptance rate, where its SD rows
+        carry none (median 0.73; 90 % within 0.35–0.93).
     ``cell_sd``
         Gamma scale of a cell's deviation from its group's trend (zero-avoiding: with a few
         cells per group a HalfNormal lets it sink into the funnel of the centred cells).
@@ -111,6 +114,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "coef_mu_roofline_sigma": 1.0,
     "c1p_tie": 0.5,
     "trend": {"mu": 1.0, "sigma": 0.5},
+    "alpha_logit": {"mu": 1.0, "sigma": 1.0},
     "cell_sd": {"alpha": 4.0, "beta": 100.0},
     "tau": {"alpha": 2.0, "beta": 100.0},
     "c2_jitter": 0.005,

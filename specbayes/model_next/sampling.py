@@ -26,6 +26,32 @@ SAMPLER_CONFIG: dict = {
 }
 
 
+#: The options a user may set over :data:`SAMPLER_CONFIG` (and ``sampler``): fewer or more
+#: chains and draws for a quick look or a large fit, and how many cores run the chains. Every
+#: bar of the project is met at the defaults.
+SAMPLER_OPTIONS = ("chains", "draws", "tune", "cores", "sampler")
+
+
+def check_options(options: dict | None) -> dict:
+    """``options`` if every key is in :data:`SAMPLER_OPTIONS` (``None`` values dropped).
+
+    Raises
+    ------
+    ValueError
+        Naming the unknown keys and the allowed ones.
+    """
+    options = {k: v for k, v in (options or {}).items() if v is not None}
+    unknown = sorted(set(options) - set(SAMPLER_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"sampler options {unknown} are not settable — the model has one sampler "
+            f"configuration; settable: {', '.join(SAMPLER_OPTIONS)} (and seed)"
+        )
+    if options.get("sampler", "nutpie") not in ("nutpie", "numpyro"):
+        raise ValueError(f"sampler must be 'nutpie' or 'numpyro', got {options['sampler']!r}")
+    return options
+
+
 def compile_model(model: pm.Model):
     """nutpie's compiled form of ``model`` (reuse it across seeds)."""
     import nutpie

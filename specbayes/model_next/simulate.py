@@ -1,0 +1,168 @@
+r"""Sweeps simulated from the model itself, with known coefficients.
+
+The same functions as the graph and the prediction of unseen cells: the hierarchy
+(:func:`specbayes.model_next.hierarchy.log_coefficients` on
+:func:`~specbayes.model_next.hierarchy.trend_covariates`), the cycle decomposition
+(:func:`specbayes.laws.effective_costs`), a sweep's deviation from it, the latency law and the
+growing noise (:func:`specbayes.model_next.likelihood.log_mean_latency`,
+:func:`~specbayes.model_next.likelihood.log_row_scale`):
+
+.. math::
+
+    \log c_{uj} &= \mu_{g(u)j} + \beta_j t_{uj} + s\, z_{uj} \\
+    \log C_{js} &= \log C^{\mathrm{eff}}_{js}(c_{u(s)}, g, \alpha, k) + \tau_j \epsilon_{js} \\
+    \log L_i &= \mu_i + \sigma (1 - x_i)^{-\gamma} \epsilon_i
+
+Used by the tests (recovery of known coefficients) and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specbayes import laws
+from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
+from specbayes.model_next.likelihood import log_mean_latency, log_row_scale
+from specbayes.model_next.priors import COEFS, DRAFTER_COEFS
+
+#: Log coefficients (s) of an 8B verifier with a 1B drafter on one GPU at p = g = 512.
+LEVEL_8B = {
+    "c1p": np.log(0.02),
+    "c1v": np.log(0.012),
+    "c1d": np.log(0.0015),
+    "c2p": np.log(0.004),
+    "c2v": np.log(1.0e-4),
+    "c2d": np.log(1.0e-5),
+}
+DEFAULT_CELLS = ((256, 256), (512, 512), (1024, 256), (256, 1024))
+DEFAULT_LOADS = (0.05, 0.2, 0.35, 0.5, 0.65, 0.8)
+
+
+def simulate_sweeps(
+    *,
+    level: str = "sd",
+    verifiers: dict[str, float] | None = None,
+    hardware: tuple[str, ...] = ("H100",),
+    drafter: tuple[str, float] = ("D1B", 1e9),
+    cells: tuple[tuple[int, int], ...] = DEFAULT_CELLS,
+    alphas: tuple[float, ...] = (0.6, 0.8, 0.95),
+    ks: tuple[int, ...] = (1, 3, 5),
+    loads: tuple[float, ...] = DEFAULT_LOADS,
+    slope: float = 1.0,
+    cell_sd: float = 0.05,
+    tau: tuple[float, float] = (0.01, 0.005),
+    sigma: float = 0.02,
+    growth: float = 0.3,
+    closed_loop: bool = False,
+    unknown_alpha: bool = False,
+    seed: int = 0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Simulate dense (and, for ``level="sd"``, SD) sweeps with known coefficients.
+
+    Group levels are :data:`LEVEL_8B` scaled by the verifier's size (log-log slope 1 for the
+    verifier coefficients), with a GPU factor ``N(0, 0.3)`` and a verifier factor
+    ``N(0, 0.1)`` per coefficient; every trended coefficient has log-log ``slope`` on its
+    cell covariate; cells deviate by ``N(0, cell_sd)``. Loads are fractions ``x`` of the
+    configuration's saturation (open loop ``λ = x/C2``; closed loop the concurrency
+    ``N = x/(1 - x) · C1/C2``, rounded). With ``unknown_alpha`` each cell has one acceptance
+    rate (``alphas[i % len]``, in ``truth['alpha']``) and the SD rows carry none.
+
+    Returns
+    -------
+    sweeps : DataFrame
+        The sweep schema (``verifier, hardware, drafter, cell, prefill, decode, k, alpha,
+        rps | concurrency, latency``).
+    truth : DataFrame
+        One row per unit (verifier, hardware, cell) with its ``drafter`` and the true
+        coefficients ``c1p … c2d`` (s).
+    """
+    if level not in ("dense", "sd"):
+        raise ValueError(f"level must be 'dense' or 'sd', got {level!r}")
+    rng = np.random.default_rng(seed)
+    verifiers = verifiers or {"V8B": 8e9}
+    units = pd.DataFrame(
+        [(v, h, p, g) for v in verifiers for h in hardware for p, g in cells],
+        columns=["verifier", "hardware", "prefill", "decode"],
+    )
+    units["cell"] = units["prefill"].astype(str) + "x" + units["decode"].astype(str)
+    groups = units["verifier"] + "|" + units["hardware"]
+    group_names = list(dict.fromkeys(groups))
+    mu = _group_levels(group_names, verifiers, drafter[1], rng)
+    trend, _ = trend_covariates(units["prefill"], units["decode"], list(COEFS))
+    z = rng.normal(size=(len(units), len(COEFS)))
+    group = groups.map({g: i for i, g in enumerate(group_names)}).to_numpy()
+    coef = np.exp(log_coefficients(mu, np.full(len(COEFS), slope), cell_sd, z, group, trend))
+    truth = units[["verifier", "hardware", "cell"]].assign(drafter=drafter[0])
+    truth[list(COEFS)] = coef
+    configs = _configurations(units, level, alphas, ks, unknown_alpha)
+    if unknown_alpha:
+        first = configs[configs["k"] > 0].groupby("unit")["alpha"].first()
+        truth["alpha"] = first.reindex(range(len(units))).to_numpy()
+    rows = _rows(units, configs, coef, drafter[0], loads, tau, sigma, growth, closed_loop, rng)
+    if unknown_alpha:
+        rows.loc[rows["k"] > 0, "alpha"] = np.nan
+    rows["verifier_params"] = rows["verifier"].map(verifiers)
+    return rows, truth
+
+
+def _group_levels(names: list[str], verifiers: dict, drafter_size: float, rng) -> np.ndarray:
+    """Log group levels ``(group, coef)``: :data:`LEVEL_8B` scaled by size, GPU and verifier
+    factors (one GPU factor per GPU, shared by its verifiers)."""
+    base = np.array([LEVEL_8B[c] for c in COEFS])
+    gpus = sorted({n.split("|")[1] for n in names})
+    gpu_factor = {h: rng.normal(0.0, 0.3, size=len(COEFS)) for h in gpus}
+    drafter = np.array([c in DRAFTER_COEFS for c in COEFS])
+    out = []
+    for name in names:
+        v, h = name.split("|")
+        size = np.where(drafter, np.log(drafter_size / 1e9), np.log(verifiers[v] / 8e9))
+        out.append(base + size + gpu_factor[h] + rng.normal(0.0, 0.1, size=len(COEFS)))
+    return np.array(out)
+
+
+def _configurations(units, level, alphas, ks, unknown_alpha) -> pd.DataFrame:
+    """One row per configuration: every unit's dense sweep and its SD (alpha, k) sweeps."""
+    rows = []
+    for u in range(len(units)):
+        rows.append({"unit": u, "k": 0, "alpha": np.nan})
+        if level == "dense":
+            continue
+        cell_alphas = (alphas[u % len(alphas)],) if unknown_alpha else alphas
+        rows += [{"unit": u, "k": k, "alpha": a} for a in cell_alphas for k in ks]
+    return pd.DataFrame(rows)
+
+
+def _rows(units, configs, coef, drafter, loads, tau, sigma, growth, closed, rng) -> pd.DataFrame:
+    """The load points of every configuration, with latencies drawn from the model."""
+    u = configs["unit"].to_numpy()
+    unit = units.iloc[u].reset_index(drop=True)
+    k = configs["k"].to_numpy(float)
+    alpha = configs["alpha"].fillna(0.5).to_numpy()
+    g = unit["decode"].to_numpy(float)
+    c = {name: coef[u, j] for j, name in enumerate(COEFS)}
+    c1, c2 = laws.effective_costs(
+        c["c1p"], c["c1v"], c["c1d"], c["c2p"], c["c2v"], c["c2d"], g, alpha, k
+    )
+    log_c1 = np.log(c1) + tau[0] * rng.normal(size=len(k))
+    log_c2 = np.log(c2) + tau[1] * rng.normal(size=len(k))
+    x = np.asarray(loads, float)
+    if closed:  # concurrency at utilisation x: N C2 / (C1 + N C2) = x
+        load = np.maximum(1.0, np.round(x / (1.0 - x) * np.exp(log_c1 - log_c2)[:, None]))
+    else:
+        load = x / np.exp(log_c2)[:, None]
+    n = load.shape[1]
+    log_c1_row, log_c2_row = np.repeat(log_c1, n), np.repeat(log_c2, n)
+    mu = log_mean_latency(log_c1_row, log_c2_row, load.ravel(), np.full(load.size, closed))
+    scale = sigma * np.exp(log_row_scale(mu, log_c1_row, growth))
+    frame = unit.loc[np.repeat(np.arange(len(k)), n)].reset_index(drop=True)
+    frame["drafter"] = np.where(np.repeat(k, n) > 0, drafter, "none")
+    frame["k"] = np.repeat(k, n).astype(int)
+    frame["alpha"] = np.repeat(configs["alpha"].to_numpy(), n)
+    frame["rps"] = np.nan if closed else load.ravel()
+    if closed:
+        frame["concurrency"] = load.ravel()
+        frame = frame.drop_duplicates(["verifier", "hardware", "cell", "k", "alpha", "concurrency"])
+    frame["latency"] = np.exp(mu + scale * rng.normal(size=len(mu)))[frame.index]
+    frame[["prefill", "decode"]] = frame[["prefill", "decode"]].astype(float)
+    return frame.reset_index(drop=True)
