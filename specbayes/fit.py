@@ -90,7 +90,7 @@ from specbayes.model import (
 )
 from specbayes.parallel import jax_chain_method
 
-__all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "Fit", "fit", "load_fit"]
+__all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "Fit", "fit", "load_fit", "resolve_core"]
 
 #: Default sampler settings; ``fit(sampler_config=...)`` overrides them key by key.
 #: 1000 tuning + 1500 draws per chain (was 1500 + 1000, the same cost): with the batch
@@ -297,13 +297,13 @@ def fit(
         Overrides of :data:`specbayes.model.DEFAULT_PRIORS`.
     progress : bool
         Show the sampler's progress bar.
-    core : {"next", "legacy"}, optional
-        ``"next"`` (the default for ``sd`` and ``dense``): the generative core
+    core : {"legacy"}, optional
+        The model core. ``sd`` and ``dense`` run on the default core
         (:mod:`specbayes.model_next`, its one sampler configuration — ``sampler_config`` may
-        set ``seed`` and :data:`specbayes.model_next.sampling.SAMPLER_OPTIONS`), returning a
-        :class:`specbayes.model_next.fitted.NextFit` with the same methods. ``"legacy"``
-        (the default for ``moe`` until the next core has that level): this module's
-        :class:`Fit`. Transitional: the next core becomes the only one.
+        set ``seed`` and :data:`specbayes.model_next.sampling.SAMPLER_OPTIONS`) and return a
+        :class:`specbayes.model_next.fitted.NextFit`. ``moe`` has no level on that core yet:
+        it runs on the old core (this module's :class:`Fit`) and must say so,
+        ``core="legacy"`` (CLI: ``--core legacy``). See :func:`resolve_core`.
 
     Returns
     -------
@@ -315,11 +315,47 @@ def fit(
         Empty table, all rows excluded (saturated), one load level per configuration,
         unknown model or sampler.
     """
-    core = core or ("legacy" if model == "moe" else "next")
-    if core == "next":
+    if resolve_core(model, core) == "next":
         return _fit_next(sweeps, model, sampler_config, priors, progress)
-    if core != "legacy":
-        raise ValueError(f"core must be 'legacy' or 'next'; got {core!r}")
+    return _fit_legacy(sweeps, model, sampler_config, priors, progress)
+
+
+def resolve_core(model: str, core: str | None = None) -> str:
+    """The core a fit of ``model`` runs on: ``"next"`` for ``sd`` and ``dense`` (the default
+    core), ``"legacy"`` for ``moe``, which must ask for it.
+
+    Raises
+    ------
+    ValueError
+        ``core`` is neither ``None``, ``"next"`` nor ``"legacy"``; ``moe`` without
+        ``core="legacy"``; ``core="legacy"`` for another level.
+    """
+    if core not in (None, "next", "legacy"):
+        raise ValueError(f"core must be 'legacy' (the moe level's old core) or None; got {core!r}")
+    if model == "moe":
+        if core != "legacy":
+            raise ValueError(
+                "the moe level is not on the default model core yet — fit it with the old core "
+                "by asking for it: core='legacy' (CLI: --core legacy)"
+            )
+        return "legacy"
+    if core == "legacy":
+        raise ValueError(
+            f"the old core is kept for the moe level only; the {model!r} level runs on the "
+            "default core — drop core='legacy' (--core legacy)"
+        )
+    return "next"
+
+
+def _fit_legacy(
+    sweeps: pd.DataFrame | SweepTable,
+    model: str = "sd",
+    sampler_config: dict | None = None,
+    priors: dict | None = None,
+    progress: bool = True,
+) -> Fit:
+    """The old core's fit (:class:`Fit`): the ``moe`` level's until it moves to the default
+    core; its own tests call it for the other levels until it is deleted."""
     cfg = _merge_config(sampler_config)
     if cfg["sampler"] == "numpyro":  # a missing JAX fails before any work
         jax_chain_method(cfg["chains"])

@@ -128,11 +128,12 @@ def test_cli_fit_with_start_mode_records_the_search(tmp_path, capsys):
     from specbayes.cli import main
     from specbayes.fit import load_fit
 
-    df, _ = simulate_sweeps(seed=7)
+    df, _ = simulate_sweeps(model="moe", seed=7)
     path = tmp_path / "sweeps.csv"
     df.to_csv(path, index=False)
     out = tmp_path / "fit.nc"
-    args = ["fit", str(path), "--out", str(out), "--start", "mode", "--quiet"]
+    args = ["fit", str(path), "--out", str(out), "--model", "moe", "--core", "legacy"]
+    args += ["--start", "mode", "--quiet"]
     assert main([*args, "--draws", "20", "--tune", "20", "--chains", "2"]) == 0
     assert "min bulk ESS" in capsys.readouterr().out
     rounds = load_fit(out).config["mode_search"]["rounds"]
@@ -157,11 +158,11 @@ def test_auto_start_resolves_by_row_count(monkeypatch):
 
     df, _ = simulate_sweeps(seed=7)
     config = {"draws": 10, "tune": 10, "chains": 1}
-    small = fit_module.fit(df, sampler_config=config, progress=False)
+    small = fit_module._fit_legacy(df, sampler_config=config, progress=False)
     assert small.config["sampler_config"]["start"] == "least_squares"
     assert small.config["mode_search"] is None
     monkeypatch.setattr(fit_module, "MODE_START_ROWS", 10)
-    large = fit_module.fit(df, sampler_config=config, progress=False)
+    large = fit_module._fit_legacy(df, sampler_config=config, progress=False)
     assert large.config["sampler_config"]["start"] == "mode"
     assert large.config["mode_search"]["rounds"]
 
@@ -173,7 +174,7 @@ def test_auto_start_takes_the_mode_for_the_moe_level():
 
     df, _ = simulate_sweeps(model="moe", seed=7)
     config = {"draws": 10, "tune": 10, "chains": 1}
-    f = fit_module.fit(df, model="moe", sampler_config=config, progress=False)
+    f = fit_module.fit(df, model="moe", sampler_config=config, progress=False, core="legacy")
     assert len(f.data) < fit_module.MODE_START_ROWS
     assert f.config["sampler_config"]["start"] == "mode"
     assert f.config["mode_search"]["rounds"]

@@ -34,12 +34,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cores", type=positive_int, default=None)
     p.add_argument("--sampler", choices=("nutpie", "numpyro"), default=None)
     p.add_argument(
+        "--core",
+        choices=("legacy",),
+        default=None,
+        help="the old model core: required by --model moe, which the default core has no "
+        "level for yet (dense and sd always run on the default core)",
+    )
+    p.add_argument(
         "--start",
         choices=("auto", "least_squares", "mode"),
         default=None,
-        help="where chains start: the least-squares point or the posterior mode, whitened "
-        "again there; auto (default): the mode for --model moe and from 10,000 fitted rows "
-        "on",
+        help="the old core only (--core legacy): where chains start, the least-squares point "
+        "or the posterior mode; auto (default): the mode",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -157,6 +163,18 @@ def check_level(table, model: str, source) -> None:
             raise ValueError(f"{source}: {exc}") from None
 
 
+def check_core(args: argparse.Namespace) -> None:
+    """``--core`` and ``--start`` agree with ``--model`` (one line, before any reading)."""
+    from specbayes.fit import resolve_core
+
+    core = resolve_core(args.model, args.core)
+    if getattr(args, "start", None) is not None and core != "legacy":
+        raise ValueError(
+            "--start: the default core has one sampler configuration (its chains start "
+            "anywhere feasible) — drop --start; it applies to --model moe --core legacy only"
+        )
+
+
 def save_atomically(result, path: Path) -> Path:
     """Write the fit beside ``path`` and move it into place (no half-written file on failure)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
     from specbayes.data import read_sweeps, validate_sweeps
     from specbayes.fit import fit
 
+    check_core(args)
     out = check_out_file(args.out)
     df = read_sweeps(args.data)
     table = validate_sweeps(df, allow_unknown_alpha=True)  # one line per rule, before sampling
@@ -189,7 +208,13 @@ def run(args: argparse.Namespace) -> int:
     }
     created = probe_writable(out)
     try:
-        result = fit(table, model=args.model, sampler_config=config, progress=not args.quiet)
+        result = fit(
+            table,
+            model=args.model,
+            sampler_config=config,
+            progress=not args.quiet,
+            core=args.core,
+        )
     except BaseException as exc:
         if created is not None:  # leave no empty folder behind
             shutil.rmtree(created, ignore_errors=True)

@@ -23,6 +23,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", choices=["dense", "sd", "moe"], default="sd")
     p.add_argument(
+        "--core",
+        choices=("legacy",),
+        default=None,
+        help="the old model core: required by --model moe (dense and sd always run on the "
+        "default core)",
+    )
+    p.add_argument(
         "--leave-out", type=positive_int_list, default=[1, 2, 4], help="n values, e.g. 1,2,4"
     )
     p.add_argument("--repeats", type=positive_int, default=3, help="folds per n")
@@ -124,11 +131,12 @@ def _write(out: Path, res, checks: dict, pareto_k) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir, dumps
-    from specbayes.commands.fit import check_level
+    from specbayes.commands.fit import check_core, check_level
     from specbayes.data import validate_sweeps
     from specbayes.fit import fit
     from specbayes.validate import leave_n_out
 
+    check_core(args)
     check_out_dir(args.out)
     cfg = _config(args)
     table = validate_sweeps(_load(args.data), allow_unknown_alpha=True)
@@ -146,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         n_jobs=args.jobs,
         scheduler=args.scheduler,
         progress=not args.quiet,
+        core=args.core,
     )
     if res.folds.empty:
         reasons = (
@@ -162,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         print(res.skipped.to_string(index=False))
 
     print("\nfitting all rows for in-sample checks …")
-    full = fit(table, model=args.model, sampler_config=cfg, progress=not args.quiet)
+    full = fit(table, model=args.model, sampler_config=cfg, progress=not args.quiet, core=args.core)
     checks = in_sample_checks(full)
     pareto_k = checks.pop("pareto_k")
     checks.update(full.summary())
