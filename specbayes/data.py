@@ -8,6 +8,11 @@ every fit starts with :func:`validate_sweeps`, which
   (index labels) and field concerned — bad input is never silently repaired;
 * derives the per-token ``alpha`` from marginal acceptance or acceptance length where only
   those were measured (``alpha_source`` says which);
+* tells a *set* alpha from a *measured* one (:func:`sweep_labels`): a given alpha that varies
+  point to point along one configuration's load sweep is marked ``alpha_source =
+  "measured"`` and the sweep stays one configuration (rules below);
+* warns (one :class:`UserWarning`) when configurations are left with a single load level —
+  their load-independent and load-dependent costs C1, C2 cannot be separated;
 * flags saturated points by the rules below and moves them, with their reason, into
   ``excluded`` — nothing leaves the table without being listed.
 
@@ -29,10 +34,35 @@ Saturation rules (a row is excluded when any holds)
     loop (slope ≥ 0; a fitted slope of the wrong sign is noise and is set to 0). A point
     whose latency exceeds ``growth_factor`` (default 2) × that prediction is past the
     unsaturated regime (a knee), and is left out of the fits for the points after it.
+
+``alpha_source`` values
+-----------------------
+``given``
+    alpha is a setting of the configuration (simulated or forced acceptance): rows of one
+    configuration at different alphas are different sweeps.
+``measured``
+    alpha was given per point but measured (e.g. derived by the user from acceptance), so it
+    varies a little along the sweep: it is not part of the sweep's key, and the sweep's alpha
+    is the mean of its rows. Set by :func:`validate_sweeps` (or by the user).
+``marginal`` / ``acceptance_length``
+    alpha derived here from ``acceptance_marginal`` / ``acceptance_length`` (measured).
+``unknown``
+    an SD row without acceptance information (fits that infer alpha).
+``dense``
+    a ``k = 0`` row.
+
+Set or measured? Within one group (verifier, drafter, hardware, cell, k) of rows that have
+an ``alpha`` but no ``alpha_source`` of their own, alpha is a setting (``given``) when it is
+constant, or when every distinct value recurs at two or more load levels (forced-acceptance
+sweeps; closed- and open-loop levels both count); otherwise the group's alphas are
+``measured``. An explicit
+``alpha_source`` in the input is kept as it is (``"given"`` with an alpha varying point to
+point leaves one-row configurations, and the warning says so).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +120,10 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "acceptance_marginal": "accepted drafts / drafted tokens (what engines report)",
     "acceptance_length": "mean tokens committed per SD cycle, 1 + accepted / drafts",
     "alpha_hat": "per-token acceptance measured in the window (simulator)",
-    "alpha_source": "'given', 'marginal', 'acceptance_length' or 'unknown'",
+    "alpha_source": (
+        "'given' (a setting), 'measured' (per point), 'marginal', 'acceptance_length', "
+        "'unknown' or 'dense' (see the module docstring)"
+    ),
     "latency_source": "how latency was obtained (e.g. 'mean_e2el', 'littles_law', 'approx')",
     "strategy": "load strategy: synchronous, throughput, constant, poisson, concurrent",
     "seed": "simulator seed",
@@ -121,6 +154,9 @@ TEXT_COLUMNS = frozenset(
 
 #: Columns that identify one configuration (one sweep over load).
 CONFIG_COLUMNS: tuple[str, ...] = ("verifier", "drafter", "hardware", "cell", "alpha", "k")
+
+#: ``alpha_source`` values of an alpha measured per point (left out of the sweep key).
+MEASURED_SOURCES = ("measured", "marginal", "acceptance_length")
 
 _NUMERIC = [c for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if c not in TEXT_COLUMNS]
 
@@ -197,13 +233,12 @@ def sweep_labels(df: pd.DataFrame) -> pd.Series:
 
     Simulated and forced-acceptance sweeps are identified by :data:`CONFIG_COLUMNS`
     (alpha is a setting). Where alpha was *measured* per point (``alpha_source`` is
-    ``marginal`` or ``acceptance_length``) it varies a little along the sweep, so it is left
-    out of the key. Open- and closed-loop rows never share a sweep. An explicit ``sweep``
+    ``measured``, ``marginal`` or ``acceptance_length``) it varies a little along the sweep,
+    so it is left out of the key (:func:`validate_sweeps` decides which given alphas are
+    measured). Open- and closed-loop rows never share a sweep. An explicit ``sweep``
     column, where filled, wins.
     """
-    measured = df.get("alpha_source", pd.Series("", index=df.index)).isin(
-        ["marginal", "acceptance_length"]
-    )
+    measured = df.get("alpha_source", pd.Series("", index=df.index)).isin(MEASURED_SOURCES)
     alpha = (
         df["alpha"].map(lambda a: "-" if pd.isna(a) else f"{a:.6g}").where(~measured, "measured")
     )
@@ -402,13 +437,21 @@ def _littles_law(df: pd.DataFrame, closed: pd.Series, rule) -> None:
     )
 
 
+def _explicit_alpha_source(df: pd.DataFrame) -> pd.Series:
+    """Rows whose ``alpha_source`` the input table fills (before any default is derived)."""
+    if "alpha_source" not in df:
+        return pd.Series(False, index=df.index)
+    src = df["alpha_source"]
+    return src.notna() & (src.astype(str).str.strip() != "")
+
+
 def _resolve_alpha(df: pd.DataFrame, allow_unknown_alpha: bool, violations: list) -> None:
     if "alpha" not in df:
         df["alpha"] = np.nan
     given = df["alpha"].notna()
     source = pd.Series(np.where(given, "given", ""), index=df.index, dtype=object)
     if "alpha_source" in df:
-        source = df["alpha_source"].where(df["alpha_source"].notna() & given, source)
+        source = df["alpha_source"].where(_explicit_alpha_source(df) & given, source)
     spec = df["k"] > 0
     for col, fn, label in (
         ("acceptance_marginal", laws.alpha_from_marginal, "marginal"),
@@ -460,6 +503,63 @@ def _fill_labels(df: pd.DataFrame) -> None:
         df["concurrency"] = np.nan
     closed = df["concurrency"].notna() & df["rps"].isna()
     df.loc[closed, "rps"] = df.loc[closed, "concurrency"] / df.loc[closed, "latency"]
+
+
+def _load_level(df: pd.DataFrame) -> pd.Series:
+    """A row's load level, ``closed:<concurrency>`` or ``open:<rps>``."""
+    closed = df["concurrency"].notna()
+    load = pd.Series(np.where(closed, df["concurrency"], df["rps"]), index=df.index).round(9)
+    return pd.Series(np.where(closed, "closed:", "open:"), index=df.index) + load.astype(str)
+
+
+def _mark_measured_alpha(df: pd.DataFrame, explicit: pd.Series) -> None:
+    """Set ``alpha_source = "measured"`` where a given alpha varies along a load sweep.
+
+    Only rows with an ``alpha`` and no ``alpha_source`` of their own (``explicit`` false) are
+    looked at, per group (verifier, drafter, hardware, cell, k): their alpha is a setting
+    when the group has one value, or when every distinct value recurs at two or more load
+    levels (forced-acceptance sweeps); otherwise it was measured per point. Load levels of
+    both loops count, as one configuration's closed-loop point (a GuideLLM synchronous run)
+    and open-loop rates are one sweep of the model (``model_next.design.configuration_key``).
+    """
+    cand = (df["alpha_source"] == "given") & ~explicit.reindex(df.index, fill_value=False)
+    if not cand.any():
+        return
+    keys = ["verifier", "drafter", "hardware", "cell", "k"]
+    rows = df.loc[cand, keys].assign(
+        _alpha=df.loc[cand, "alpha"].map(lambda a: f"{a:.6g}").to_numpy(),  # label rounding
+        _load=_load_level(df[cand]).to_numpy(),
+    )
+    values = rows.groupby(keys)["_alpha"].transform("nunique").to_numpy()
+    rows["_levels"] = rows.groupby([*keys, "_alpha"])["_load"].transform("nunique").to_numpy()
+    fewest = rows.groupby(keys)["_levels"].transform("min").to_numpy()
+    measured = np.flatnonzero(cand.to_numpy())[(values >= 2) & (fewest < 2)]  # positions
+    df.iloc[measured, df.columns.get_loc("alpha_source")] = "measured"
+
+
+def _warn_single_load(data: pd.DataFrame) -> None:
+    """One warning naming the configurations (sweep labels, either loop) with one load level."""
+    if data.empty:
+        return
+    config = data["sweep"].str.replace(r"\|(open|closed)$", "", regex=True)
+    levels = _load_level(data).groupby(config).nunique()
+    single = list(levels.index[levels < 2])
+    if not single:
+        return
+    shown = "; ".join(single[:3]) + (f"; and {len(single) - 3} more" if len(single) > 3 else "")
+    given = config.isin(single) & (data["k"] > 0) & (data["alpha_source"] == "given")
+    hint = (
+        "; if alpha was measured per point, leave alpha_source empty or set it to 'measured'"
+        if given.any()
+        else ""
+    )
+    warnings.warn(
+        f"{len(single)} of {len(levels)} configurations have a single load level, so their "
+        "load-independent and load-dependent costs C1, C2 cannot be separated and rest on "
+        f"the prior: {shown}. Sweep at least two loads per configuration{hint}",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _duplicates(df: pd.DataFrame, violations: list) -> pd.Series:
@@ -564,6 +664,11 @@ def validate_sweeps(
         ``data`` (kept rows, with ``alpha``, ``alpha_source``, ``drafter``, ``cell`` filled)
         and ``excluded`` (rows left out, with ``reason``).
 
+    Warns
+    -----
+    UserWarning
+        Once, when kept configurations have a single load level (see the module docstring).
+
     Raises
     ------
     SweepValidationError
@@ -585,8 +690,10 @@ def validate_sweeps(
         _check_values(df, violations)
     if violations:
         raise SweepValidationError(source, violations)
+    explicit = _explicit_alpha_source(df)  # before _resolve_alpha fills the defaults
     _resolve_alpha(df, allow_unknown_alpha, violations)
     _fill_labels(df)
+    _mark_measured_alpha(df, explicit)
     dup_reason = _duplicates(df, violations)
     if violations:
         raise SweepValidationError(source, violations)
@@ -634,4 +741,5 @@ def validate_sweeps(
     kept = df[~out].drop(columns=["closed"])
     excluded = excluded.drop(columns=["closed"])
     kept.attrs["source"] = source
+    _warn_single_load(kept)
     return SweepTable(data=kept, excluded=excluded)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -223,3 +226,81 @@ def test_growth_rule_flat_low_load_stretch_is_not_a_knee():
     assert data.validate_sweeps(df).excluded.empty
     df.loc[7, "latency"] = 60.0  # a real knee: 4x the line
     assert list(data.validate_sweeps(df).excluded.index) == [7]
+
+
+def _closed_sd_sweep(alpha, n=(1, 2, 4, 8, 16, 32.0), **labels) -> pd.DataFrame:
+    """A closed-loop SD sweep (k = 5) with one alpha per point (``alpha`` broadcast)."""
+    n = np.asarray(n, dtype=float)
+    lat = laws.closed_loop_latency(n, 3.0, 0.05)
+    return pd.DataFrame(
+        dict(
+            verifier="V",
+            hardware="B200",
+            drafter="d",
+            cell="c",
+            prefill=200,
+            decode=700,
+            k=5,
+            alpha=alpha,
+            rps=n / lat,
+            concurrency=n,
+            latency=lat,
+        )
+        | labels
+    )
+
+
+def test_per_point_alpha_without_source_is_one_measured_sweep(recwarn):
+    # a user's alpha derived per point from measured acceptance: differs in the 3rd decimal
+    cells = [
+        _closed_sd_sweep(0.731 + 0.001 * np.arange(6) * (-1) ** np.arange(6), cell=c)
+        for c in ("a", "b")
+    ]
+    dense = _closed_sd_sweep(np.nan, k=0, drafter="none", cell="a")
+    table = data.validate_sweeps(pd.concat([*cells, dense], ignore_index=True))
+    sd = table.data[table.data["k"] > 0]
+    assert (sd["alpha_source"] == "measured").all()
+    assert sd.groupby("cell")["sweep"].nunique().to_dict() == {"a": 1, "b": 1}
+    assert all("alpha=measured" in s for s in sd["sweep"])
+    assert table.data["sweep"].nunique() == 3
+    assert not [w for w in recwarn if "single load level" in str(w.message)]
+
+
+def test_demo_alphas_and_forced_alphas_stay_separate_sweeps(recwarn):
+    demo = pd.read_parquet(Path(__file__).resolve().parents[1] / "data/demo.parquet")
+    for df in (demo, demo.drop(columns="alpha_source")):  # explicit "given", and inferred
+        kept = data.validate_sweeps(df).data
+        k3 = kept[(kept["k"] == 3) & (kept["verifier"] == "Llama-3.1-8B")]
+        k3 = k3[k3["cell"] == "1024x1024"]
+        assert sorted(k3["alpha"].unique()) == [0.6, 1.0]
+        config = k3["sweep"].str.replace(r"\|(open|closed)$", "", regex=True)  # either loop
+        assert config.groupby(k3["alpha"]).nunique().to_dict() == {0.6: 1, 1.0: 1}
+        assert config.nunique() == 2
+        assert set(kept["alpha_source"]) == {"given", "dense"}
+    # forced alphas without alpha_source, each over >= 2 loads: separate sweeps
+    forced = pd.concat(
+        [_closed_sd_sweep(a, n=(1, 4, 16)) for a in (0.6, 0.8, 0.95)], ignore_index=True
+    )
+    kept = data.validate_sweeps(forced).data
+    assert kept["sweep"].nunique() == 3
+    assert (kept["alpha_source"] == "given").all()
+    assert not [w for w in recwarn if "single load level" in str(w.message)]
+
+
+def test_explicit_given_per_point_alpha_warns_of_one_row_configurations():
+    alpha = 0.731 + 0.001 * np.arange(6)
+    df = _closed_sd_sweep(alpha).assign(alpha_source="given")
+    with pytest.warns(UserWarning, match="6 of 6 configurations have a single load level") as w:
+        table = data.validate_sweeps(df)
+    assert len([x for x in w if "single load level" in str(x.message)]) == 1
+    message = str(w[0].message)
+    assert "C1, C2 cannot be separated" in message and "rest on the prior" in message
+    assert "and 3 more" in message and "k=5|alpha=0.731;" in message
+    assert "set it to 'measured'" in message
+    assert table.data["sweep"].nunique() == 6
+    assert (table.data["alpha_source"] == "given").all()
+    # the same rows marked measured by the user form one sweep, without a warning
+    measured = df.assign(alpha_source="measured")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert data.validate_sweeps(measured).data["sweep"].nunique() == 1
