@@ -1,11 +1,14 @@
 r"""PyMC's ``TruncatedNormal`` with a normaliser whose gradient is finite under JAX too.
 
-The log density is PyMC's (:class:`pymc.TruncatedNormal`) value for value: the normaliser
+The log density is PyMC's (:class:`pymc.TruncatedNormal`): the normaliser
 :math:`\log(\Phi(b) - \Phi(a))` is evaluated by the same piecewise formulas
 (:func:`pymc.distributions.dist_math.normal_lcdf`, ``normal_lccdf``,
-``log_diff_normal_cdf``). What differs is that each piece only ever sees inputs inside its
-own region: PyMC writes ``switch(z < -1, log(erfcx(-z/√2)/2) - z²/2, log1p(-erfc(z/√2)/2))``,
-which JAX lowers to ``jnp.where`` and differentiates through *both* branches. At a bound far
+``log_diff_normal_cdf``) — bit for bit with one bound (the next core's log density on the
+demo is PyMC's to the last bit, its PyTensor gradient to rounding), within an ulp with two
+(rewrites may round the two-bound form differently). What differs is that each piece only
+ever sees inputs inside its own region. PyMC writes
+``switch(z < -1, log(erfcx(-z/√2)/2) - z²/2, log1p(-erfc(z/√2)/2))``, which JAX
+lowers to ``jnp.where`` and differentiates through *both* branches. At a bound far
 from the location (the next model core's non-centred sweep costs are truncated at
 :math:`(\text{wall} - \text{loc})/\tau` with :math:`\tau` = 0.005, so :math:`|z|` in the
 hundreds) the unselected branch is infinite — :math:`\operatorname{erfcx}(-z/\sqrt2)`
@@ -17,7 +20,7 @@ sweep whose bound was far out, and every draw diverged.
 
 The fix is the "double where": each branch's input is replaced, where the branch is not
 selected, by a harmless point of its own region, so both branches and their derivatives are
-finite everywhere and the selected values are the very same floating-point operations.
+finite everywhere, and each selected value is the same formula on the same input.
 """
 
 from __future__ import annotations
