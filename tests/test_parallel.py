@@ -187,6 +187,73 @@ def test_numpyro_samples_the_graph_density_lowered_to_jax(sweeps):
     assert jax_logp == pytest.approx(float(model.compile_logp()(point)), rel=1e-10)
 
 
+def test_jax_gradient_of_the_graph_is_pytensors_at_the_initial_point(sweeps):
+    """What NumPyro differentiates (JAX's autodiff of the lowered density) is PyTensor's
+    symbolic gradient: finite, and equal to ``compile_dlogp`` at the initial point. The sweep
+    cost truncation bounds sit far from their location there — the case where a switch's
+    unselected branch (erfcx overflowing, log1p(-1)) once made JAX's gradient NaN."""
+    pytest.importorskip("numpyro")
+    import jax
+    import numpy as np
+    from pymc.sampling.jax import get_jaxified_logp
+
+    from specbayes.model_next import build_design, build_model
+    from specbayes.model_next.fitted import prepare_table
+
+    parallel.jax_chain_method(1)  # registers the erfcx lowering
+    model = build_model(build_design(prepare_table(sweeps, "sd"), "sd"))
+    point = model.initial_point()
+    names = [v.name for v in model.value_vars]
+    grads = jax.grad(get_jaxified_logp(model))([point[n] for n in names])  # x64: pymc's import
+    got = np.concatenate([np.ravel(np.asarray(g)) for g in grads])
+    want = model.compile_dlogp()(point)
+    assert np.isfinite(want).all()
+    assert np.isfinite(got).all(), [
+        n for n, g in zip(names, grads, strict=True) if not np.isfinite(g).all()
+    ]
+    # relative 1e-6; entries that are zero up to rounding compare on the gradient's scale
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12 * np.abs(want).max())
+
+
+def test_truncated_normaliser_is_pymcs_with_finite_jax_gradients():
+    """The normal log CDFs of :mod:`specbayes.model_next.truncated` are PyMC's on both sides
+    of every switch and far out, and their JAX gradients are finite there (PyMC's are NaN
+    wherever the unselected branch is infinite)."""
+    pytest.importorskip("jax")
+    import jax
+    import numpy as np
+    import pytensor
+    import pytensor.tensor as pt
+    from pymc.distributions import dist_math
+    from pymc.sampling.jax import get_jaxified_graph
+
+    from specbayes.model_next import truncated
+
+    parallel.jax_chain_method(1)  # registers the erfcx lowering
+    x, y = pt.dvector("x"), pt.dvector("y")
+    zs = np.array([-400.0, -40.0, -9.0, -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0, 9.0, 40.0, 400.0])
+    lo = np.concatenate([zs[:-1], zs[:-1] - 0.25])
+    hi = np.concatenate([zs[1:], zs[:-1]])
+    for name, args, values in [
+        ("normal_lcdf", (0.0, 1.0, x), (zs,)),
+        ("normal_lccdf", (0.0, 1.0, x), (zs,)),
+        ("log_diff_normal_cdf", (0.0, 1.0, x, y), (hi, lo)),
+    ]:
+        inputs = [x, y][: len(values)]
+        ours = getattr(truncated, name)(*args)
+        theirs = getattr(dist_math, name)(*args)
+        # the one-bound normalisers compile to the same operations; the two-bound one's
+        # rewritten graph may round differently in the last place
+        np.testing.assert_allclose(
+            pytensor.function(inputs, ours)(*values),
+            pytensor.function(inputs, theirs)(*values),
+            rtol=0 if len(values) == 1 else 1e-15,
+        )
+        f = get_jaxified_graph(inputs=inputs, outputs=[pt.sum(ours)])
+        grads = jax.grad(lambda *v, f=f: f(*v)[0], argnums=tuple(range(len(values))))(*values)
+        assert all(np.isfinite(np.asarray(g)).all() for g in grads), name
+
+
 def test_erfcx_lowered_to_jax_matches_scipy_with_finite_gradients():
     pytest.importorskip("jax")
     import numpy as np

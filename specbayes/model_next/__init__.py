@@ -9,6 +9,7 @@ Layout
 :mod:`.design`     the data as arrays: observations, sweeps, units, the structure chosen
 :mod:`.hierarchy`  the hierarchical location of the log coefficients (graph and prediction)
 :mod:`.graph`      :func:`build_model` — the ``pm.Model``, top to bottom as the math
+:mod:`.truncated`  PyMC's ``TruncatedNormal`` with a normaliser whose JAX gradient is finite
 :mod:`.sampling`   the one default sampler configuration and a health summary
 :mod:`.physics`    roofline magnitudes of the coefficients (the group levels' prior centres)
 :mod:`.fitted`     :class:`~.fitted.NextFit`: the posterior and one density for every evaluation

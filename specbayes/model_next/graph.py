@@ -41,6 +41,7 @@ from specbayes.model_next.likelihood import (
     log_row_scale,
 )
 from specbayes.model_next.priors import group_level_prior, merge_priors
+from specbayes.model_next.truncated import TruncatedNormal
 
 
 def build_model(design: Design, priors: dict | None = None) -> pm.Model:
@@ -131,10 +132,10 @@ def anchored_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tens
     sd, su = design.sd, design.sweep_unit[design.sd]
     q = design.decode[sd] / design.decode[units[su]]
     floor = q / design.e_max[sd]  # C_R of ideal speculation: every draft accepted, free drafter
-    ratio_1 = pm.TruncatedNormal(
+    ratio_1 = TruncatedNormal(
         "log_c1_ratio", **pr["log_ratio"], lower=np.log(floor), dims="sd_sweep"
     )
-    ratio_2 = pm.TruncatedNormal(
+    ratio_2 = TruncatedNormal(
         "log_c2_ratio",
         **pr["log_ratio"],
         lower=np.log(floor),
@@ -303,8 +304,8 @@ def _sweep_level(name: str, loc, tau, wall: np.ndarray | None, centred: bool):
             return pm.Normal(name, loc, tau, dims="sweep")
         return loc + tau * pm.Normal(f"{name}_z", 0.0, 1.0, dims="sweep")
     if centred:
-        return pm.TruncatedNormal(name, loc, tau, upper=wall, dims="sweep")
-    z = pm.TruncatedNormal(f"{name}_z", 0.0, 1.0, upper=(wall - loc) / tau, dims="sweep")
+        return TruncatedNormal(name, loc, tau, upper=wall, dims="sweep")
+    z = TruncatedNormal(f"{name}_z", 0.0, 1.0, upper=(wall - loc) / tau, dims="sweep")
     return loc + tau * z
 
 
@@ -320,7 +321,7 @@ def _below_wall(name: str, mu, sigma, wall: np.ndarray, dims: str):
     with only infinite bounds mislabels its value variable."""
     if np.all(np.isinf(wall)):
         return pm.Normal(name, mu, sigma, dims=dims)
-    return pm.TruncatedNormal(name, mu, sigma, upper=wall, dims=dims)
+    return TruncatedNormal(name, mu, sigma, upper=wall, dims=dims)
 
 
 def _unit_workload(design: Design) -> tuple[np.ndarray, np.ndarray]:

@@ -73,9 +73,10 @@ def sample(
     when JAX has one) with the same chains, draws and target acceptance — a diagonal mass
     matrix, the low-rank and ``cores`` settings being nutpie's. Returns the
     ``InferenceData`` and the timings ``{"compile_s", "sample_s"}`` (compile is 0 when
-    ``compiled`` is given; numpyro's compile is inside ``sample_s``). Not healthy on the demo
-    yet (``benchmarks/scale.md``: every draw divergent; JAX's gradient of this graph is NaN
-    at the initial point, where PyTensor's is finite) — :func:`health` says so.
+    ``compiled`` is given; numpyro's compile is inside ``sample_s``). Healthy on the demo at
+    the defaults (``benchmarks/scale.md``: 0 divergences, R-hat 1.01, bulk ESS above 1,000)
+    since the sweep costs' truncation normaliser keeps JAX's gradient finite
+    (:mod:`specbayes.model_next.truncated`); :func:`health` reports every fit.
     """
     config = {**SAMPLER_CONFIG, **overrides}
     if sampler == "numpyro":
