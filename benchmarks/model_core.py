@@ -17,6 +17,11 @@ the observation noise of both rows) against the observed one.
 ``demo [--seeds N] [--priors JSON]``: the fit of ``data/demo.parquet`` (pooled structure) at seeds
 1..N: health, wall time, ``az.loo`` with its Pareto k, finiteness of the stored groups.
 
+``artefact``: what ``specbayes fit data/demo.parquet --model sd --out fit.nc`` gives a user:
+health, ``az.loo`` (share of Pareto k > 0.7), no ``inf`` in ``log_likelihood`` or
+``posterior_predictive``, ``pm.sample_prior_predictive`` on the model behind ``load_fit`` (share
+of draws whose latencies are all finite), ``az.plot_ppc`` on the artefact.
+
 ``prior``: ``pm.sample_prior_predictive`` on every case: share of finite latencies.
 
 ``validate [--leave-out N] [--repeats R]``: ``specbayes.validate.leave_n_out`` with the next
@@ -181,6 +186,57 @@ def run_demo(seeds: list[int], priors: dict, out: Path) -> None:
         _emit(rec, out)
 
 
+def run_artefact(out: Path) -> None:
+    """What a user gets from ``specbayes fit data/demo.parquet --model sd --out fit.nc``
+    (the CLI, at the defaults): health, ``az.loo`` and its Pareto k, finiteness of the
+    stored groups, ``pm.sample_prior_predictive`` on the model behind ``load_fit``, and
+    ``az.plot_ppc`` on the artefact."""
+    import subprocess
+    import tempfile
+
+    import arviz as az
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pymc as pm
+
+    from specbayes.fit import load_fit
+
+    repo = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fit.nc"
+        cmd = [sys.executable, "-m", "specbayes.cli", "fit", str(repo / "data/demo.parquet")]
+        t0 = time.perf_counter()
+        subprocess.run([*cmd, "--model", "sd", "--out", str(path), "--quiet"], check=True)
+        wall = time.perf_counter() - t0
+        result = load_fit(path)
+        loo = az.loo(result.idata, pointwise=True)
+        k = np.asarray(loo.pareto_k)
+        infinite = {
+            g: int(np.isinf(result.idata[g]["log_latency"].values).sum())
+            for g in ("log_likelihood", "posterior_predictive")
+        }
+        prior = pm.sample_prior_predictive(1000, model=result.model, random_seed=1)
+        lat = prior.prior_predictive["log_latency"].values  # (chain, draw, obs)
+        finite_draws = float(np.isfinite(lat).all(axis=-1).mean())
+        az.plot_ppc(result.idata, var_names=["log_latency"], num_pp_samples=50)
+        summary = result.summary()
+        rec = {
+            "artefact": "demo sd (specbayes fit)",
+            **{k_: summary[k_] for k_ in ("structure", "rows", "divergences", "max_r_hat")},
+            "min_ess_bulk": summary["min_ess_bulk"],
+            "healthy": summary["healthy"],
+            "cli_wall_s": round(wall, 1),
+            "elpd_loo": float(loo.elpd_loo),
+            "pareto_k_gt_0.7": int((k > 0.7).sum()),
+            "pareto_k_share": float((k > 0.7).mean()),
+            "infinite_values": infinite,
+            "prior_draws_all_finite": finite_draws,
+            "plot_ppc": "ok",
+        }
+        _emit(rec, out)
+
+
 def run_heldout(cells: list[str] | None, out: Path) -> None:
     """Leave one cell out of the demo (both verifiers), fit the rest, predict the cell
     (:meth:`specbayes.model_next.fitted.NextFit.predict` with ``measured=True``)."""
@@ -206,13 +262,11 @@ def run_heldout(cells: list[str] | None, out: Path) -> None:
 
 
 def run_validate(n: int, repeats: int, out: Path) -> None:
-    """``specbayes.validate.leave_n_out`` on the demo with the next core (``core="next"``),
-    the curve_fit trends on the same folds: overall and per-fold scores."""
+    """``specbayes.validate.leave_n_out`` on the demo (the default core), the curve_fit
+    trends on the same folds: overall and per-fold scores."""
     from specbayes.validate import leave_n_out
 
-    res = leave_n_out(
-        _demo_table(), "sd", n=n, repeats=repeats, core="next", n_jobs=1, progress=True
-    )
+    res = leave_n_out(_demo_table(), "sd", n=n, repeats=repeats, n_jobs=1, progress=True)
     for _, row in res.folds.iterrows():
         _emit({"validate_fold": row["fold"], **row.drop(["fold"]).to_dict()}, out)
     for _, row in res.overall.iterrows():
@@ -221,7 +275,7 @@ def run_validate(n: int, repeats: int, out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["small", "demo", "prior", "heldout", "validate"])
+    ap.add_argument("what", choices=["small", "demo", "artefact", "prior", "heldout", "validate"])
     ap.add_argument("--leave-out", type=int, default=1)
     ap.add_argument("--priors", default="{}", help="prior overrides (JSON), demo only")
     ap.add_argument("--repeats", type=int, default=3)
@@ -233,6 +287,8 @@ def main() -> None:
         run_small(args.cases or small_sweeps.all_case_names(), args.seeds, args.out)
     elif args.what == "demo":
         run_demo(list(range(1, args.seeds + 1)), json.loads(args.priors), args.out)
+    elif args.what == "artefact":
+        run_artefact(args.out)
     elif args.what == "heldout":
         run_heldout(args.cases, args.out)
     elif args.what == "validate":

@@ -512,13 +512,21 @@ def _load_level(df: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(closed, "closed:", "open:"), index=df.index) + load.astype(str)
 
 
+#: Widest spread of a per-point alpha along one sweep that is read as measurement noise
+#: (the acceptance measured at each load varies in the second or third decimal); alphas
+#: further apart are separate settings, each its own sweep.
+MEASURED_ALPHA_SPREAD = 0.05
+
+
 def _mark_measured_alpha(df: pd.DataFrame, explicit: pd.Series) -> None:
     """Set ``alpha_source = "measured"`` where a given alpha varies along a load sweep.
 
     Only rows with an ``alpha`` and no ``alpha_source`` of their own (``explicit`` false) are
     looked at, per group (verifier, drafter, hardware, cell, k): their alpha is a setting
-    when the group has one value, or when every distinct value recurs at two or more load
-    levels (forced-acceptance sweeps); otherwise it was measured per point. Load levels of
+    when the group has one value, when every distinct value recurs at two or more load
+    levels (forced-acceptance sweeps), or when its values lie more than
+    :data:`MEASURED_ALPHA_SPREAD` apart (different settings, each at its own load); otherwise
+    it was measured per point. Load levels of
     both loops count, as one configuration's closed-loop point (a GuideLLM synchronous run)
     and open-loop rates are one sweep of the model (``model_next.design.configuration_key``).
     """
@@ -533,7 +541,10 @@ def _mark_measured_alpha(df: pd.DataFrame, explicit: pd.Series) -> None:
     values = rows.groupby(keys)["_alpha"].transform("nunique").to_numpy()
     rows["_levels"] = rows.groupby([*keys, "_alpha"])["_load"].transform("nunique").to_numpy()
     fewest = rows.groupby(keys)["_levels"].transform("min").to_numpy()
-    measured = np.flatnonzero(cand.to_numpy())[(values >= 2) & (fewest < 2)]  # positions
+    alpha = df.loc[cand, "alpha"].groupby([df.loc[cand, c] for c in keys])
+    spread = (alpha.transform("max") - alpha.transform("min")).to_numpy()
+    close = spread <= MEASURED_ALPHA_SPREAD
+    measured = np.flatnonzero(cand.to_numpy())[(values >= 2) & (fewest < 2) & close]
     df.iloc[measured, df.columns.get_loc("alpha_source")] = "measured"
 
 

@@ -101,9 +101,9 @@ def test_idata_groups_and_attrs(sd_fit):
     import arviz as az
 
     # six rows per sweep, each sweep's two costs its own: a few influential rows (the demo's
-    # bar, k > 0.7 for <= 2 % of rows, is checked in benchmarks/model_core.py demo)
+    # bar, k > 0.7 for <= 2 % of rows, is checked in benchmarks/model_core.py artefact)
     loo = az.loo(sd_fit.idata, pointwise=True)
-    assert np.isfinite(loo.elpd_loo) and (loo.pareto_k.values < 1.0).all()
+    assert np.isfinite(loo.elpd_loo) and (loo.pareto_k.values > 0.7).mean() <= 0.05
 
 
 def test_predictions_cover_the_data(sd_fit):

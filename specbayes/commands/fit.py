@@ -69,6 +69,18 @@ def format_summary(summary: dict) -> str:
             f"{cfg.get('draws')} draws ({cfg.get('tune')} tune), target_accept "
             f"{cfg.get('target_accept')}{start}{structure}"
         )
+    if summary.get("uncatalogued"):
+        lines.append(
+            "not in the catalog: " + ", ".join(summary["uncatalogued"]) + " — generic priors "
+            "for their coefficients (models/README.md says how to describe one)"
+        )
+    measured = summary.get("alpha_measured") or {}
+    if measured:
+        widest = max(hi - lo for _, lo, hi in measured.values())
+        lines.append(
+            f"alpha measured per point in {len(measured)} sweep(s): each fitted at its mean "
+            f"(widest spread along a sweep {widest:.3g}; Fit.measured_alpha() lists them)"
+        )
     if summary.get("unresolved"):
         lines.append(
             "no unit's rows resolve " + ", ".join(summary["unresolved"]) + ": the priors and "

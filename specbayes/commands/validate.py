@@ -84,8 +84,9 @@ def in_sample_checks(result) -> dict:
         n_obs=int(k.size),
     )
     out["bfmi_min"] = float(np.min(az.bfmi(result.idata)))
-    pp = result.idata.posterior_predictive["latency"].stack(sample=("chain", "draw"))
-    y = result.idata.observed_data["latency"].to_numpy()
+    (name,) = result.idata.observed_data.data_vars  # the model's observed variable
+    pp = result.idata.posterior_predictive[name].stack(sample=("chain", "draw"))
+    y = result.idata.observed_data[name].to_numpy()
     lo, hi = np.quantile(pp.to_numpy(), [0.05, 0.95], axis=-1)
     out["ppc_cov90_in_sample"] = float(np.mean((y >= lo) & (y <= hi)))
     out["pareto_k"] = k

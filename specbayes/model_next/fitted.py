@@ -179,6 +179,28 @@ class NextFit:
     def alpha_inferred(self) -> bool:
         return bool(len(self.design.coords["sd_unknown"]))
 
+    def measured_alpha(self) -> pd.DataFrame:
+        """SD sweeps whose alpha varies along the sweep (measured per point): the mean the fit
+        uses (``alpha``), ``alpha_min``, ``alpha_max`` and ``rows``, indexed by sweep."""
+        d = self.design.data
+        cols = ["alpha", "alpha_min", "alpha_max", "rows"]
+        sd = d[(d["k"] > 0) & d["alpha"].notna()]
+        if sd.empty:
+            return pd.DataFrame(columns=cols)
+        out = sd.groupby("_config")["alpha"].agg(
+            alpha="mean", alpha_min="min", alpha_max="max", rows="size"
+        )
+        return out[out["alpha_max"] > out["alpha_min"]][cols]
+
+    @property
+    def uncatalogued(self) -> list[str]:
+        """(verifier|hardware) groups whose verifier or GPU the catalog (``models/``) does not
+        know: their coefficient levels take the generic priors, not roofline magnitudes."""
+        from specbayes.model_next.physics import roofline_centres
+
+        groups = self.design.coords["group"]
+        return [g for g in groups if roofline_centres(*g.split("|", 1), None, 512.0, 256.0) is None]
+
     def _post(self) -> xr.Dataset:
         if self._stacked is None:
             stacked = self.idata.posterior.stack(sample=("chain", "draw"))
@@ -487,6 +509,11 @@ class NextFit:
             "healthy": h["healthy"],
             "wall_s": float(self.config.get("wall_s", np.nan)),
             "alpha_inferred": self.alpha_inferred,
+            "alpha_measured": {
+                sweep: [round(float(r.alpha), 6), float(r.alpha_min), float(r.alpha_max)]
+                for sweep, r in self.measured_alpha().iterrows()
+            },
+            "uncatalogued": self.uncatalogued,
             "sampler_config": dict(self.config["sampler_config"]),
         }
 

@@ -24,7 +24,7 @@ import pandas as pd
 from specbayes import laws
 from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
 from specbayes.model_next.likelihood import log_mean_latency, log_row_scale
-from specbayes.model_next.priors import COEFS, DRAFTER_COEFS
+from specbayes.model_next.priors import COEFS, DEFAULT_PRIORS, DRAFTER_COEFS
 
 #: Log coefficients (s) of an 8B verifier with a 1B drafter on one GPU at p = g = 512.
 LEVEL_8B = {
@@ -63,7 +63,9 @@ def simulate_sweeps(
     Group levels are :data:`LEVEL_8B` scaled by the verifier's size (log-log slope 1 for the
     verifier coefficients), with a GPU factor ``N(0, 0.3)`` and a verifier factor
     ``N(0, 0.1)`` per coefficient; every trended coefficient has log-log ``slope`` on its
-    cell covariate; cells deviate by ``N(0, cell_sd)``. Loads are fractions ``x`` of the
+    cell covariate; the coefficients the model gives a cell deviation
+    (``DEFAULT_PRIORS["cell_coefs"]``) deviate by ``N(0, cell_sd)``, the others sit on their
+    group's trend, as in the model. Loads are fractions ``x`` of the
     configuration's saturation (open loop ``λ = x/C2``; closed loop the concurrency
     ``N = x/(1 - x) · C1/C2``, rounded). With ``unknown_alpha`` each cell has one acceptance
     rate (``alphas[i % len]``, in ``truth['alpha']``) and the SD rows carry none.
@@ -92,7 +94,8 @@ def simulate_sweeps(
     trend, _ = trend_covariates(units["prefill"], units["decode"], list(COEFS))
     z = rng.normal(size=(len(units), len(COEFS)))
     group = groups.map({g: i for i, g in enumerate(group_names)}).to_numpy()
-    coef = np.exp(log_coefficients(mu, np.full(len(COEFS), slope), cell_sd, z, group, trend))
+    scale = np.where([c in DEFAULT_PRIORS["cell_coefs"] for c in COEFS], cell_sd, 0.0)
+    coef = np.exp(log_coefficients(mu, np.full(len(COEFS), slope), scale, z, group, trend))
     truth = units[["verifier", "hardware", "cell"]].assign(drafter=drafter[0])
     truth[list(COEFS)] = coef
     configs = _configurations(units, level, alphas, ks, unknown_alpha)
