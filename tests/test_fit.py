@@ -66,7 +66,7 @@ def test_sd_fit_is_healthy(sd_fit):
     assert sd_fit.healthy
     diag = sd_fit.diagnostics()
     assert {"variable", "r_hat", "ess_bulk", "ess_tail", "divergences"} <= set(diag.columns)
-    assert {"coef_mu_rest", "cell_dev", "trend", "noise_growth"} <= set(diag["variable"])
+    assert {"coef_mu_rest", "cell_dev", "trend_logit", "noise_growth"} <= set(diag["variable"])
 
 
 def test_sd_fit_recovers_coefficients(sd_fit, sim):
@@ -320,7 +320,10 @@ def test_unseen_cell_beyond_the_measured_kv_range_follows_the_trend():
     s = f.summary()
     assert s["structure"] == "pooled", s
     assert s["divergences"] == 0 and s["max_r_hat"] <= 1.01 and s["min_ess_bulk"] >= 400, s
+    # loads up to half of saturation: past that a 1 % error in the extrapolated C2 is a
+    # large one in latency, for any model
     test = df[held & (df["k"] == 0)]
+    test = test[test.groupby(["verifier", "hardware"])["rps"].rank() <= 4]
     mu = f.mean_latency(test).values
     lo, hi = np.quantile(mu, [0.05, 0.95], axis=0)
     tr = truth.set_index(["verifier", "hardware", "cell"]).loc[

@@ -197,7 +197,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
 
     .. math::
 
-        \log c_{uj} &= \mu_{g(u)j} + \beta_j t_{uj} + d_{uj}, \qquad
+        \log c_{uj} &= \mu_{g(u)j} + \log(1 - w_j + w_j e^{t_{uj}}) + d_{uj}, \qquad
         d_{uj} \sim \mathcal N(0, s_j) \text{ (0 for coefficients without a cell level)}
         \quad(:func:`~specbayes.model_next.hierarchy.log_coefficients`) \\
         (C_{1s}^{\mathrm{eff}}, C_{2s}^{\mathrm{eff}}) &=
@@ -215,7 +215,9 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
     mu_loc, mu_sd = group_level_prior(design, pr, centre)
     mu = _group_levels(design, pr, mu_loc, mu_sd)
-    slope_t = pm.Normal("trend", **pr["trend"], dims="coef_t")
+    # the share of each trended coefficient that grows with its cell covariate
+    share_logit = pm.Normal("trend_logit", **pr["trend"], dims="coef_t")
+    slope_t = pm.Deterministic("trend", pm.math.sigmoid(share_logit), dims="coef_t")
     slope = _scatter(slope_t, [coefs.index(c) for c in design.coords["coef_t"]], len(coefs))
     # cell deviations only where a cell's own rows pin the coefficient (c1p is a small part
     # of C1 — its cells follow the prefill trend alone)

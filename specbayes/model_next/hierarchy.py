@@ -2,14 +2,17 @@ r"""The hierarchical location of the log coefficients — one function for graph
 
 .. math::
 
-    \log c_{u j} = \mu_{g(u) j} + \beta_j\, t_{u j} + s_j\, z_{u j},
+    \log c_{u j} = \mu_{g(u) j} + \log\big(1 - w_j + w_j\, e^{t_{u j}}\big) + s_j\, z_{u j},
     \qquad z_{u j} \sim \mathcal N(0, 1)
 
 for unit (cell) :math:`u` of group :math:`g(u)` = (verifier, hardware) and coefficient
-:math:`j`: a group level :math:`\mu`, a log-log cell trend :math:`\beta_j` on the centred log
-covariate :math:`t_{uj}` (:func:`trend_covariates`; zero for coefficients without a trend) and
-a cell deviation of scale :math:`s_j`. The graph evaluates it on PyTensor variables; a held-out
-cell is predicted by the same function with :math:`z` drawn from its prior.
+:math:`j`: a group level :math:`\mu` (the coefficient at the centre of the group's cells), an
+affine cell trend — :math:`c = c^*\,(1 - w + w\,z/z^*)` in the covariate :math:`z` (prefill
+tokens or the time-averaged KV size, :func:`trend_covariates`: :math:`t = \log(z/z^*)`), a share
+:math:`w \in (0, 1)` of the coefficient that grows with :math:`z` and a part that does not (a
+step's per-request compute beside its KV reads) — and a cell deviation of scale :math:`s_j`.
+Untrended coefficients have :math:`t = 0`. The graph evaluates it on PyTensor variables; a
+held-out cell is predicted by the same function with :math:`z` drawn from its prior.
 """
 
 from __future__ import annotations
@@ -24,14 +27,15 @@ from specbayes.model_next.design import TRENDED
 def log_coefficients(
     mu: Any, slope: Any, cell_sd: Any, z: Any, group: np.ndarray, trend: np.ndarray
 ) -> Any:
-    r"""Log coefficients of units: :math:`\mu_{g(u)} + \beta \odot t_u + s \odot z_u`.
+    r"""Log coefficients of units: :math:`\mu_{g(u)} + \log(1 - w + w e^{t_u}) + s \odot z_u`.
 
     Parameters
     ----------
     mu : (..., n_group, n_coef) array or tensor
         Group levels (leading axes: posterior draws, if any).
     slope : (..., n_coef) array or tensor
-        Trend slopes (entries of coefficients without a trend are multiplied by zero).
+        Trend shares :math:`w \in (0, 1]` (entries of coefficients without a trend meet
+        :math:`t = 0` and add nothing).
     cell_sd : (..., n_coef) array or tensor
         Cell deviation scales.
     z : (..., n_unit, n_coef) array or tensor
@@ -45,7 +49,18 @@ def log_coefficients(
     -------
     (..., n_unit, n_coef) array or tensor
     """
-    return mu.take(group, axis=-2) + _row(slope) * trend + _row(cell_sd) * z
+    return mu.take(group, axis=-2) + affine_trend(_row(slope), trend) + _row(cell_sd) * z
+
+
+def affine_trend(share: Any, trend: np.ndarray) -> Any:
+    r""":math:`\log(1 - w + w e^{t}) = \operatorname{log1p}(w\,\operatorname{expm1}(t))`:
+    the log of an affine function of the covariate, relative to its value at the centre."""
+    x = share * np.expm1(trend)
+    if isinstance(x, np.ndarray):
+        return np.log1p(x)
+    import pytensor.tensor as pt
+
+    return pt.log1p(x)
 
 
 def _row(x: Any) -> Any:

@@ -9,7 +9,7 @@ growing noise (:func:`specbayes.model_next.likelihood.log_mean_latency`,
 
 .. math::
 
-    \log c_{uj} &= \mu_{g(u)j} + \beta_j t_{uj} + s\, z_{uj} \\
+    \log c_{uj} &= \mu_{g(u)j} + \log(1 - w_j + w_j e^{t_{uj}}) + s_j z_{uj} \\
     \log C_{js} &= \log C^{\mathrm{eff}}_{js}(c_{u(s)}, g, \alpha, k) + \tau_j \epsilon_{js} \\
     \log L_i &= \mu_i + \sigma (1 - x_i)^{-\gamma} \epsilon_i
 
@@ -49,7 +49,7 @@ def simulate_sweeps(
     alphas: tuple[float, ...] = (0.6, 0.8, 0.95),
     ks: tuple[int, ...] = (1, 3, 5),
     loads: tuple[float, ...] = DEFAULT_LOADS,
-    slope: float = 1.0,
+    slope: float = 0.8,
     cell_sd: float = 0.05,
     tau: tuple[float, float] = (0.01, 0.005),
     sigma: float = 0.02,
@@ -62,8 +62,8 @@ def simulate_sweeps(
 
     Group levels are :data:`LEVEL_8B` scaled by the verifier's size (log-log slope 1 for the
     verifier coefficients), with a GPU factor ``N(0, 0.3)`` and a verifier factor
-    ``N(0, 0.1)`` per coefficient; every trended coefficient has log-log ``slope`` on its
-    cell covariate; the coefficients the model gives a cell deviation
+    ``N(0, 0.1)`` per coefficient; every trended coefficient has the share ``slope`` growing
+    with its cell covariate; the coefficients the model gives a cell deviation
     (``DEFAULT_PRIORS["cell_coefs"]``) deviate by ``N(0, cell_sd)``, the others sit on their
     group's trend, as in the model. Loads are fractions ``x`` of the
     configuration's saturation (open loop ``λ = x/C2``; closed loop the concurrency
