@@ -1,12 +1,17 @@
-r"""Fitting the latency models: sampling, the :class:`Fit` object, save and load.
+r"""Fitting the latency models: :func:`fit` and :func:`load_fit` for every level.
 
 >>> from specbayes.fit import fit, load_fit
 >>> f = fit(sweeps, model="sd")                      # doctest: +SKIP
 >>> f.healthy, f.diagnostics().head()                # doctest: +SKIP
 >>> draws = f.predict(new_rows)                      # (sample, row) latency draws  # doctest: +SKIP
 
-Sampling
---------
+``dense`` and ``sd`` run on the default core (:mod:`specbayes.model_next`, its fit object
+:class:`specbayes.model_next.fitted.NextFit`; README "The model"). The rest of this module is
+the old core, kept for the ``moe`` level only (``fit(..., model="moe", core="legacy")``,
+:func:`resolve_core`) and deleted when ``moe`` moves: its :class:`Fit`, and the sampling below.
+
+Sampling (the old core)
+-----------------------
 ``sampler_config`` is one dict (defaults :data:`SAMPLER_DEFAULTS`): ``sampler`` is
 ``"nutpie"`` (default; the fast path on CPU), ``"pymc"`` (PyMC's NUTS) or ``"numpyro"``
 (JAX; ``pip install specbayes[jax]``, a ``ValueError`` naming it otherwise). nutpie and
@@ -307,13 +312,14 @@ def fit(
 
     Returns
     -------
-    Fit
+    NextFit or Fit
+        The default core's fit for ``dense`` and ``sd``, the old core's for ``moe``.
 
     Raises
     ------
     ValueError
         Empty table, all rows excluded (saturated), one load level per configuration,
-        unknown model or sampler.
+        unknown model or sampler, a core the level does not run on.
     """
     if resolve_core(model, core) == "next":
         return _fit_next(sweeps, model, sampler_config, priors, progress)
