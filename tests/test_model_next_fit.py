@@ -172,3 +172,21 @@ def test_small_sweep_fit_next_core(case):
 
     result = fit_next(small_sweeps.case(case).table, seed=1)
     assert result.summary()["healthy"], result.summary()
+
+
+def test_summary_names_measured_alpha_and_uncatalogued_groups():
+    """A per-point alpha given without ``alpha_source`` is one measured sweep, fitted at its
+    mean; the summary lists its spread, and a verifier/GPU the catalog does not know."""
+    case = small_sweeps.case("real-alpha:HumanEval:dspark")
+    fit = mock_fit(case.table, draws=5)
+    measured = fit.measured_alpha()
+    assert len(measured) == 1
+    sd = case.table.data[case.table.data["k"] > 0]
+    row = measured.iloc[0]
+    assert row["rows"] == len(sd) and row["alpha"] == pytest.approx(sd["alpha"].mean())
+    assert row["alpha_min"] < row["alpha"] < row["alpha_max"]
+    summary = fit.summary()
+    assert list(summary["alpha_measured"]) == list(measured.index)
+    assert summary["uncatalogued"] == []
+    renamed = mock_fit(small_sweeps.case("uncatalogued:HumanEval:alpha").table, draws=5)
+    assert renamed.summary()["uncatalogued"] == ["Acme-30B-Instruct|XPU-9"]
