@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.logprob.transforms import Transform
 
 from specbayes import laws
 from specbayes.model_next.design import Design
@@ -80,7 +81,7 @@ def build_model(design: Design, priors: dict | None = None) -> pm.Model:
         mu = pm.Deterministic(
             "mu", log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed), dims="obs"
         )
-        growth = pm.HalfNormal("noise_growth", **pr["noise_growth"])
+        growth = pm.HalfNormal("noise_growth", **pr["noise_growth"], default_transform=SOFTPLUS)
         pm.CustomDist(
             "log_latency",
             mu,
@@ -94,6 +95,33 @@ def build_model(design: Design, priors: dict | None = None) -> pm.Model:
             dims="obs",
         )
     return model
+
+
+class SoftplusTransform(Transform):
+    r"""Positive values through :math:`x = \log(1 + e^u)`: the unconstrained axis of
+    ``noise_growth`` (its HalfNormal prior unchanged).
+
+    With few rows :math:`\gamma`'s posterior reaches its prior's edge at 0 and also has a
+    steep upper side (the prior and the :math:`-\gamma\sum\log h` of the rows' scales).
+    Under the log transform that side is a super-exponential wall in :math:`u = \log\gamma`
+    (curvature :math:`\propto e^{2u}`) behind a long left tail that sets the step size:
+    NUTS' trajectories that reached it diverged (the rare single divergences of the
+    simulator small sweeps). Softplus keeps the left tail (:math:`x \approx e^u`) and is
+    linear on the right, where the posterior is then as Gaussian as in :math:`\gamma`."""
+
+    name = "softplus"
+
+    def forward(self, value, *inputs):
+        return value + pt.log(-pt.expm1(-value))
+
+    def backward(self, value, *inputs):
+        return pt.softplus(value)
+
+    def log_jac_det(self, value, *inputs):
+        return -pt.softplus(-value)
+
+
+SOFTPLUS = SoftplusTransform()
 
 
 def anchored_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.TensorVariable]:
