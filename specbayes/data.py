@@ -53,9 +53,10 @@ Saturation rules (a row is excluded when any holds)
 
 Set or measured? Within one group (verifier, drafter, hardware, cell, k) of rows that have
 an ``alpha`` but no ``alpha_source`` of their own, alpha is a setting (``given``) when it is
-constant, or when every distinct value recurs at two or more load levels (forced-acceptance
-sweeps; closed- and open-loop levels both count); otherwise the group's alphas are
-``measured``. An explicit
+constant, when every distinct value recurs at two or more load levels (forced-acceptance
+sweeps; closed- and open-loop levels both count), or when its values lie more than
+:data:`MEASURED_ALPHA_SPREAD` (0.05) apart; otherwise the group's alphas are ``measured``.
+An explicit
 ``alpha_source`` in the input is kept as it is (``"given"`` with an alpha varying point to
 point leaves one-row configurations, and the warning says so).
 """
@@ -526,9 +527,9 @@ def _mark_measured_alpha(df: pd.DataFrame, explicit: pd.Series) -> None:
     when the group has one value, when every distinct value recurs at two or more load
     levels (forced-acceptance sweeps), or when its values lie more than
     :data:`MEASURED_ALPHA_SPREAD` apart (different settings, each at its own load); otherwise
-    it was measured per point. Load levels of
-    both loops count, as one configuration's closed-loop point (a GuideLLM synchronous run)
-    and open-loop rates are one sweep of the model (``model_next.design.configuration_key``).
+    it was measured per point. Load levels of both loops count, as one configuration's
+    closed-loop point (a GuideLLM synchronous run) and open-loop rates are one sweep of the
+    model (``model_next.design.configuration_key``).
     """
     cand = (df["alpha_source"] == "given") & ~explicit.reindex(df.index, fill_value=False)
     if not cand.any():
