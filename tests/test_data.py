@@ -304,3 +304,16 @@ def test_explicit_given_per_point_alpha_warns_of_one_row_configurations():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert data.validate_sweeps(measured).data["sweep"].nunique() == 1
+
+
+def test_alphas_far_apart_are_settings_even_at_one_load_each():
+    """Alphas more than MEASURED_ALPHA_SPREAD apart, each at its own single load, are separate
+    settings (one-row configurations, with the warning), not one measured sweep."""
+    rows = [_closed_sd_sweep(a, n=(n,)) for a, n in ((0.6, 2.0), (0.8, 8.0), (0.95, 32.0))]
+    with pytest.warns(UserWarning, match="3 of 3 configurations have a single load level"):
+        kept = data.validate_sweeps(pd.concat(rows, ignore_index=True)).data
+    assert kept["sweep"].nunique() == 3 and (kept["alpha_source"] == "given").all()
+    # the same loads with alphas within the spread: one measured sweep
+    close = [_closed_sd_sweep(a, n=(n,)) for a, n in ((0.73, 2.0), (0.74, 8.0), (0.72, 32.0))]
+    kept = data.validate_sweeps(pd.concat(close, ignore_index=True)).data
+    assert kept["sweep"].nunique() == 1 and (kept["alpha_source"] == "measured").all()
