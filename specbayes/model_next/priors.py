@@ -81,9 +81,10 @@ Both
         :math:`\sigma (1 - x)^{-\gamma}` (:math:`x`: its utilisation). With constant noise a
         sweep's most loaded row, which alone pins its :math:`C_2`, is as precise as the
         idle ones; on the demo 21 of 504 rows then had Pareto k > 0.7 in ``az.loo``.
-        Sampled on a softplus axis (:class:`specbayes.model_next.graph.SoftplusTransform`;
-        the prior is unchanged): under the log transform the steep upper side of a small
-        sweep's :math:`\gamma` posterior was where its rare divergences happened.
+        In the anchored structure sampled on a softplus axis
+        (:class:`specbayes.model_next.graph.SoftplusTransform`; the prior is unchanged):
+        under the log transform the steep upper side of a small sweep's :math:`\gamma`
+        posterior was where its rare divergences happened.
 """
 
 from __future__ import annotations
