@@ -337,7 +337,9 @@ def resolve_core(model: str, core: str | None = None) -> str:
         ``core="legacy"``; ``core="legacy"`` for another level.
     """
     if core not in (None, "next", "legacy"):
-        raise ValueError(f"core must be 'legacy' (the moe level's old core) or None; got {core!r}")
+        raise ValueError(
+            f"core must be None, 'next' or 'legacy' (the moe level's old core); got {core!r}"
+        )
     if model == "moe":
         if core != "legacy":
             raise ValueError(

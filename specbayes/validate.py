@@ -324,8 +324,8 @@ def leave_n_out(
     progress : bool
         Show a progress bar over folds (tqdm, on stderr), advanced as folds complete.
     core : {"next", "legacy"}, optional
-        The model core (:func:`specbayes.fit.fit`): by default the next core for ``sd`` and
-        ``dense``, the legacy one for ``moe``.
+        The model core (:func:`specbayes.fit.resolve_core`): ``sd`` and ``dense`` run on the
+        default core; ``moe`` only on the old one, asked for with ``"legacy"``.
     """
     table = sweeps if isinstance(sweeps, SweepTable) else validate_sweeps(sweeps)
     data = table.data.reset_index(drop=True)

@@ -331,15 +331,15 @@ class NextFit:
         _, centre = trend_covariates(*_unit_workload(d), coefs)
         trend, _ = trend_covariates(unit_rows["prefill"], unit_rows["decode"], coefs, centre)
         n = self._n()
-        slope = np.zeros((n, len(coefs)))
-        slope[:, [coefs.index(c) for c in d.coords["coef_t"]]] = post["trend"].values
+        share = np.zeros((n, len(coefs)))
+        share[:, [coefs.index(c) for c in d.coords["coef_t"]]] = post["trend"].values
         cell_sd = np.zeros((n, len(coefs)))
         cell_sd[:, [coefs.index(c) for c in post["coef_c"].values]] = post["cell_sd"].values
         rng = np.random.default_rng([self.seed if seed is None else seed, 11])
         z = rng.standard_normal((n, len(new_units), len(coefs)))
         group = np.array([groups.index(u.rsplit("|", 1)[0]) for u in new_units])
         log_c = log_coefficients(
-            post["coef_mu"].values, slope, cell_sd, z, group, trend
+            post["coef_mu"].values, share, cell_sd, z, group, trend
         )  # (sample, new unit, coef)
         idx = pd.Index(new_units).get_indexer(rows["_unit"])
         full = np.zeros((n, len(rows), len(COEFS)))

@@ -255,8 +255,8 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     mu = _group_levels(design, pr, mu_loc, mu_sd)
     # the share of each trended coefficient that grows with its cell covariate
     share_logit = pm.Normal("trend_logit", **pr["trend"], dims="coef_t")
-    slope_t = pm.Deterministic("trend", pm.math.sigmoid(share_logit), dims="coef_t")
-    slope = _scatter(slope_t, [coefs.index(c) for c in design.coords["coef_t"]], len(coefs))
+    share_t = pm.Deterministic("trend", pm.math.sigmoid(share_logit), dims="coef_t")
+    share = _scatter(share_t, [coefs.index(c) for c in design.coords["coef_t"]], len(coefs))
     # cell deviations only where a cell's own rows pin the coefficient (c1p is a small part
     # of C1 — its cells follow the prefill trend alone)
     deviating = [c for c in coefs if c in pr["cell_coefs"]]
@@ -272,7 +272,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     dev = pt.set_subtensor(pt.zeros((len(design.coords["unit"]), len(coefs)))[:, cols], dev)
     log_c = pm.Deterministic(
         "log_coef",
-        log_coefficients(mu, slope, scale, dev, design.unit_group, trend),
+        log_coefficients(mu, share, scale, dev, design.unit_group, trend),
         dims=("unit", "coef"),
     )
     c = pt.exp(log_c)[design.sweep_unit]

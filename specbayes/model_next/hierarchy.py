@@ -25,7 +25,7 @@ from specbayes.model_next.design import TRENDED
 
 
 def log_coefficients(
-    mu: Any, slope: Any, cell_sd: Any, z: Any, group: np.ndarray, trend: np.ndarray
+    mu: Any, share: Any, cell_sd: Any, z: Any, group: np.ndarray, trend: np.ndarray
 ) -> Any:
     r"""Log coefficients of units: :math:`\mu_{g(u)} + \log(1 - w + w e^{t_u}) + s \odot z_u`.
 
@@ -33,7 +33,7 @@ def log_coefficients(
     ----------
     mu : (..., n_group, n_coef) array or tensor
         Group levels (leading axes: posterior draws, if any).
-    slope : (..., n_coef) array or tensor
+    share : (..., n_coef) array or tensor
         Trend shares :math:`w \in (0, 1]` (entries of coefficients without a trend meet
         :math:`t = 0` and add nothing).
     cell_sd : (..., n_coef) array or tensor
@@ -49,7 +49,7 @@ def log_coefficients(
     -------
     (..., n_unit, n_coef) array or tensor
     """
-    return mu.take(group, axis=-2) + affine_trend(_row(slope), trend) + _row(cell_sd) * z
+    return mu.take(group, axis=-2) + affine_trend(_row(share), trend) + _row(cell_sd) * z
 
 
 def affine_trend(share: Any, trend: np.ndarray) -> Any:

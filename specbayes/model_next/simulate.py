@@ -49,7 +49,7 @@ def simulate_sweeps(
     alphas: tuple[float, ...] = (0.6, 0.8, 0.95),
     ks: tuple[int, ...] = (1, 3, 5),
     loads: tuple[float, ...] = DEFAULT_LOADS,
-    slope: float = 0.8,
+    share: float = 0.8,
     cell_sd: float = 0.05,
     tau: tuple[float, float] = (0.01, 0.005),
     sigma: float = 0.02,
@@ -62,7 +62,7 @@ def simulate_sweeps(
 
     Group levels are :data:`LEVEL_8B` scaled by the verifier's size (log-log slope 1 for the
     verifier coefficients), with a GPU factor ``N(0, 0.3)`` and a verifier factor
-    ``N(0, 0.1)`` per coefficient; every trended coefficient has the share ``slope`` growing
+    ``N(0, 0.1)`` per coefficient; every trended coefficient has the share ``share`` growing
     with its cell covariate; the coefficients the model gives a cell deviation
     (``DEFAULT_PRIORS["cell_coefs"]``) deviate by ``N(0, cell_sd)``, the others sit on their
     group's trend, as in the model. Loads are fractions ``x`` of the
@@ -95,7 +95,7 @@ def simulate_sweeps(
     z = rng.normal(size=(len(units), len(COEFS)))
     group = groups.map({g: i for i, g in enumerate(group_names)}).to_numpy()
     scale = np.where([c in DEFAULT_PRIORS["cell_coefs"] for c in COEFS], cell_sd, 0.0)
-    coef = np.exp(log_coefficients(mu, np.full(len(COEFS), slope), scale, z, group, trend))
+    coef = np.exp(log_coefficients(mu, np.full(len(COEFS), share), scale, z, group, trend))
     truth = units[["verifier", "hardware", "cell"]].assign(drafter=drafter[0])
     truth[list(COEFS)] = coef
     configs = _configurations(units, level, alphas, ks, unknown_alpha)
