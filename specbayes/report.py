@@ -78,7 +78,16 @@ def collapse_points(fit: Any) -> pd.DataFrame:
     )
     group = d["verifier"] + np.where(d["k"] > 0, " SD", " dense")
     past = ~np.isfinite(mu)  # measured, yet past the wall of the law at the mean costs
-    return pd.DataFrame(dict(x=1.0 - c1m / mu, y=d["latency"] / c1m, group=group, past_wall=past))
+    return pd.DataFrame(
+        dict(
+            x=1.0 - c1m / mu,
+            y=d["latency"] / c1m,
+            group=group,
+            verifier=d["verifier"].astype(str),
+            k=d["k"].astype(int),
+            past_wall=past,
+        )
+    )
 
 
 @dataclass
@@ -189,18 +198,45 @@ def _speedup_grid(sat: float) -> np.ndarray:
     return np.linspace(0.0, 0.95 * sat, 24)
 
 
-def _capacity_curves(fit, k_arm, c1_med: float, prob: float) -> pd.DataFrame:
+def _capacity_curves(fit, k_arm, c1_med: float, prob: float, ks) -> pd.DataFrame:
     caps = []
     for s in np.linspace(1.05 * c1_med, 4.0 * c1_med, 16):
         try:
-            caps.append(
-                plan.capacity(fit, k_arm, s, prob=prob, ks=[0, 1, 2, 4, 6, 8]).assign(slo=s)
-            )
+            caps.append(plan.capacity(fit, k_arm, s, prob=prob, ks=ks).assign(slo=s))
         except ValueError:
             continue
     curves = pd.concat(caps, ignore_index=True)
     curves.attrs["prob"] = prob
     return curves
+
+
+def _recommended(head: Headline) -> dict[int, str]:
+    """``{k: "best at 1 req/s"}``: the headline's best k at its lightest and heaviest load."""
+    roles: dict[int, list[str]] = {}
+    for k, r in ((head.k_low, head.rps_low), (head.k_high, head.rps_high)):
+        if k >= 0:
+            roles.setdefault(k, []).append(f"{r:.2g}")
+    return {k: f"best at {' and '.join(rs)} req/s" for k, rs in roles.items()}
+
+
+def _config_title(arm: plan.Arm, k_arm: plan.Arm | None) -> str:
+    """The configuration a figure is about: verifier, drafter, GPU, workload (and alpha)."""
+    text = f"{arm.verifier} + {arm.drafter} on {arm.hardware}, workload {arm.cell}"
+    if k_arm is None:
+        return text
+    alpha = f"{arm.alpha:g}" if arm.alpha is not None else f"inferred (median {k_arm.alpha:g})"
+    return f"{text}, alpha={alpha}"
+
+
+def _collapse_title(fit: Any, n: int) -> str:
+    d = fit.data
+    names = ", ".join(sorted(d.verifier.astype(str).unique()))
+    gpus = ", ".join(sorted(d.hardware.astype(str).unique()))
+    cells = sorted(d.cell.astype(str).unique())
+    cells = ", ".join(cells) if len(cells) <= 3 else f"{len(cells)} workloads"
+    return (
+        f"Latency collapse: {n} measured points vs the law $y=1/(1-x)$\n{names} on {gpus}; {cells}"
+    )
 
 
 def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
@@ -217,8 +253,6 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     sat_draws = laws.saturation_rps(*dense_costs)
     sat = float(np.median(sat_draws))  # dense saturation rate (median draw)
     sat_safe = float(np.quantile(sat_draws, 0.05))  # dense unsaturated here w.p. 0.95
-    ks_show = [k for k in (1, 2, 4, 6, 8) if k != arm.k][:3] + ([arm.k] if arm.k else [])
-    ks_show = sorted(set(ks_show))
     figures: dict[str, Any] = {}
     written: list[str] = []
     k_arm = replace(arm, alpha=alpha_point(fit, arm) if arm.k else 0.75)
@@ -229,30 +263,55 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     ktab = plan.optimal_k(fit, k_arm, alphas, np.linspace(0.02 * sat, 0.95 * sat_safe, 12))
     head = _headline(fit, arm if arm.k else replace(k_arm, k=1), ktab, slo, prob)
 
-    figures["collapse.png"] = plots.plot_collapse(collapse_points(fit))
+    # every figure shows the planned k and the headline's recommended ones, in their colours
+    roles = _recommended(head)
+    planned = arm.k or None
+    key = [k for k in (planned, *roles) if k]
+    ks_show = sorted({*key, *[k for k in (1, 2, 4, 6, 8) if k not in key][: max(5 - len(key), 0)]})
+    be = head.break_even
+    be_point = (be.rps_star_median, be.rps_star_lo, be.rps_star_hi)
+    config = _config_title(arm, k_arm)
+    points = collapse_points(fit)
+    figures["collapse.png"] = plots.plot_collapse(points, title=_collapse_title(fit, len(points)))
     rps = _speedup_grid(sat)
-    sp = {f"k={k}": plan.speedup(fit, replace(arm, k=k), rps) for k in ks_show} if arm.k else {}
+    sp = {k: plan.speedup(fit, replace(arm, k=k), rps) for k in ks_show} if arm.k else {}
     if sp:
         figures["speedup_vs_rps.png"] = plots.plot_speedup(
-            sp, title=f"{arm.verifier} on {arm.hardware}, {arm.cell}, alpha={arm.alpha}"
+            sp,
+            title=f"Speedup over dense vs load\n{config}",
+            planned=planned,
+            recommended=roles,
+            break_even=be_point,
         )
-        pd.concat([t.assign(config=c) for c, t in sp.items()]).to_csv(
+        pd.concat([t.assign(config=f"k={k}") for k, t in sp.items()]).to_csv(
             out / "speedup.csv", index=False
         )
         written.append("speedup.csv")
     ktab.to_csv(out / "k_table.csv", index=False)
     written.append("k_table.csv")
-    figures["k_map.png"] = plots.plot_k_map(ktab)
+    figures["k_map.png"] = plots.plot_k_map(
+        ktab,
+        title=f"Best draft length k (lowest expected latency)\n{_config_title(arm, None)}",
+        planned=(k_arm.alpha, arm.k) if arm.k else None,
+    )
     ratios = plan.cost_ratios(fit, k_arm if arm.k else replace(k_arm, k=1))
     ratios.to_csv(out / "cost_ratios.csv", index=False)
     written.append("cost_ratios.csv")
     figures["cost_ratios.png"] = plots.plot_cost_ratios(
-        ratios, title=f"Cost ratios vs k, {arm.verifier}, alpha={k_arm.alpha:g}"
+        ratios, title=f"Cost ratios SD / dense vs k\n{config}", planned=planned, recommended=roles
     )
-    curves = _capacity_curves(fit, k_arm, c1_med, prob)
+    cap_ks = sorted({0, 1, 2, 4, 6, 8, *key})
+    curves = _capacity_curves(fit, k_arm, c1_med, prob, cap_ks)
     curves.to_csv(out / "capacity.csv", index=False)
     written.append("capacity.csv")
-    figures["capacity_vs_slo.png"] = plots.plot_capacity(curves)
+    figures["capacity_vs_slo.png"] = plots.plot_capacity(
+        curves,
+        title=f"Capacity under a mean-latency SLO\n{config}",
+        planned=planned,
+        recommended=roles,
+        break_even=be_point,
+        slo=slo,
+    )
     try:
         for name, fig in figures.items():
             fig.savefig(out / name, dpi=110)
@@ -431,17 +490,24 @@ def _ratios_section(ratios: pd.DataFrame) -> list[str]:
 
 
 _FIGURES = {
-    "collapse.png": "every measured point normalised by its configuration's fitted C1 and C2. "
+    "collapse.png": "every measured point normalised by its configuration's fitted C1 and C2 "
+    "(colour: k, as in every figure; marker: verifier). "
     "If the latency law holds, the points lie on the black curve y = 1/(1 − x); systematic "
     "departures show where the model is wrong.",
     "speedup_vs_rps.png": "how much faster SD is than dense decoding as load rises, for "
-    "several draft lengths (median and 90 % band). Above the dashed line SD wins; curves stop "
-    "where the dense server saturates in some draws (marked).",
+    "the planned k (thick), the headline's recommended k and a few others (median and shaded "
+    "90 % band). Above the dashed line SD wins; a curve stops (dotted line) where a server "
+    "saturates in more than 5 % of draws; the dashed vertical line and its band are the "
+    "planned arm's break-even load and its 90 % interval.",
     "k_map.png": "the draft length with the lowest expected latency at each (acceptance rate, "
-    "load). Where C2R > 1 the best k falls as load rises; compare the left and right edges.",
-    "cost_ratios.png": "C1R and C2R vs k with 90 % intervals (red circles: P(C2R > 1) ≥ 0.9).",
+    "load); dotted cells: that k is the fastest in fewer than half the draws (uncertain); "
+    "dashed line: the planned arm's alpha. Where C2R > 1 the best k falls as load rises.",
+    "cost_ratios.png": "C1R and C2R vs k with 90 % intervals (red circles: P(C2R > 1) ≥ 0.9); "
+    "vertical lines: the planned (solid) and recommended (dotted) k.",
     "capacity_vs_slo.png": "the highest request rate whose mean latency meets an SLO with the "
-    "stated probability, per k.",
+    "stated probability, per k (planned k thick; open circles: above the highest measured "
+    "load); the horizontal band is the planned arm's break-even load, the dotted line the "
+    "headline's SLO.",
 }
 
 
