@@ -499,11 +499,18 @@ def capacity(
     if not np.any(cap > 0):
         zl = summarize(c1, prob=prob)
         best = int(np.argmin(zl["median"]))
+        # the arm's own k first (the one asked about), then the fastest candidate if another
+        own = int(np.flatnonzero(ks == arm.k)[0]) if arm.k in ks else best
+        text = (
+            f"k={ks[own]} takes {zl['median'][own]:.3g} s (90 % interval "
+            f"{zl['lo'][own]:.3g}–{zl['hi'][own]:.3g} s)"
+        )
+        if own != best:
+            text += f"; the fastest candidate, k={ks[best]}, {zl['median'][best]:.3g} s"
         raise ValueError(
             f"SLO {slo_latency:g} s is below the zero-load latency of {arm.label()}: even at "
-            f"~0 req/s the best candidate (k={ks[best]}) takes {zl['median'][best]:.3g} s "
-            f"(90 % interval {zl['lo'][best]:.3g}–{zl['hi'][best]:.3g} s), so no rate meets it "
-            f"with probability {prob:g} — raise the SLO above {zl['hi'][best]:.3g} s"
+            f"~0 req/s {text}, so no rate meets it with probability {prob:g} — raise the SLO "
+            f"above {zl['hi'][own]:.3g} s"
         )
     out.attrs.update(arm=arm.label(), slo=slo_latency, prob=prob)
     return out

@@ -5,6 +5,7 @@ interval of posterior draws of the *mean* latency model (``mu``), not predictive
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
@@ -12,10 +13,13 @@ import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.patches import Patch, Rectangle
 
 from specbayes.intervals import INTERVAL_PROB
 
 __all__ = [
+    "DENSE_COLOR",
+    "k_color",
     "plot_capacity",
     "plot_collapse",
     "plot_cost_ratios",
@@ -28,38 +32,117 @@ __all__ = [
 ]
 
 
+#: Dense decoding's colour in every figure (no k colour is this dark).
+DENSE_COLOR = "#222222"
+#: Colours of k = 1 … 10 (larger k take the last): one ordered scale shared by every figure,
+#: so a k has one colour in the speedup, capacity, cost-ratio, collapse and k-map figures.
+_K_COLORS = plt.get_cmap("turbo")(np.linspace(0.08, 0.95, 10))
+#: Legend text for the shaded bands of every figure.
+BAND_TEXT = f"shaded: central {INTERVAL_PROB:.0%} interval of posterior draws"
+
+
+_BAND = Patch(color="grey", alpha=0.3, lw=0)
+
+
+def k_color(k: int):
+    """The colour of draft length ``k`` in every figure; dense (``k = 0``) is :data:`DENSE_COLOR`.
+
+    One mapping for all figures, so a colour never changes meaning between them.
+    """
+    k = int(k)
+    if k <= 0:
+        return DENSE_COLOR
+    return tuple(_K_COLORS[min(k, len(_K_COLORS)) - 1])
+
+
+def _k_of(label) -> int | None:
+    """The draft length a curve's key names: an int, or a label like ``"k=4"``."""
+    if isinstance(label, int | np.integer):
+        return int(label)
+    m = re.search(r"\bk\s*=\s*(\d+)", str(label))
+    return int(m.group(1)) if m else (0 if "dense" in str(label) else None)
+
+
+def _k_label(k: int, planned: int | None, recommended: Mapping[int, str] | None) -> str:
+    """``"k=4 (planned; best at 1 req/s)"``: a curve's k and its role in the headline."""
+    roles = (["planned"] if k == planned else []) + (
+        [recommended[k]] if recommended and k in recommended else []
+    )
+    name = "dense" if k == 0 else f"k={k}"
+    return f"{name} ({'; '.join(roles)})" if roles else name
+
+
 def _axes(ax, figsize=(6.4, 4.4)):
     if ax is None:
         _, ax = plt.subplots(figsize=figsize, layout="constrained")
     return ax.figure, ax
 
 
-def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98):
+def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98, title: str | None = None):
     r"""The universal collapse: every configuration on :math:`y = 1/(1 - x)`.
+
+    Colour is the draft length (:func:`k_color`; dense its own), marker the verifier; dense
+    points and smaller groups are drawn last, so no verifier's points hide under another's.
 
     Parameters
     ----------
     points : pandas.DataFrame
         Columns ``x`` (utilisation :math:`1 - C_1/\mu`, which is :math:`\lambda C_2` without
         batch curvature; :func:`specbayes.report.collapse_points`), ``y`` (:math:`L/C_1`)
-        and optionally ``group`` (colour), ``excluded`` (bool, drawn hollow) and ``past_wall``
-        (bool: measured rows the fitted law calls saturated, drawn as crosses at ``x = 1``).
+        and optionally ``k`` and ``verifier`` (colour and marker; else ``group`` colours),
+        ``excluded`` (bool, drawn hollow) and ``past_wall`` (bool: measured rows the fitted
+        law calls saturated, drawn as crosses at ``x = 1``).
     """
     fig, ax = _axes(ax)
     xs = np.linspace(0, max_x, 200)
     ax.plot(xs, 1.0 / (1.0 - xs), color="black", lw=1.5, label="$y = 1/(1-x)$", zorder=3)
-    groups = points["group"] if "group" in points else pd.Series("data", index=points.index)
-    excluded = points.get("excluded", pd.Series(False, index=points.index)).astype(bool)
-    past_wall = points.get("past_wall", pd.Series(False, index=points.index)).astype(bool)
-    for i, (name, idx) in enumerate(groups.groupby(groups).groups.items()):
-        sub = points.loc[idx]
-        kept = ~excluded.loc[idx] & ~past_wall.loc[idx]
-        color = f"C{i % 10}"
-        ax.scatter(sub.x[kept], sub.y[kept], s=9, alpha=0.6, color=color, label=str(name))
-        hollow = excluded.loc[idx] & ~past_wall.loc[idx]
+    idx = points.index
+    excluded = points.get("excluded", pd.Series(False, index=idx)).astype(bool)
+    past = points.get("past_wall", pd.Series(False, index=idx)).astype(bool)
+    by_k = "k" in points and "verifier" in points
+    if by_k:
+        keys = points["verifier"].astype(str) + "|" + points["k"].astype(int).astype(str)
+    else:
+        keys = points["group"] if "group" in points else pd.Series("data", index=idx)
+    groups = keys.groupby(keys).groups
+    markers = dict(
+        zip(sorted(points["verifier"].unique()) if by_k else [], "osD^vP*", strict=False)
+    )
+    # the largest groups first, dense last: nothing small is buried under a big cloud
+    order = sorted(groups, key=lambda g: (by_k and g.endswith("|0"), -len(groups[g])))
+    for i, name in enumerate(order):
+        sub = points.loc[groups[name]]
+        if by_k:
+            verifier, k = name.rsplit("|", 1)
+            color, marker, label = k_color(int(k)), markers[verifier], None
+        else:
+            color, marker, label = f"C{i % 10}", "o", str(name)
+        kept = ~excluded.loc[sub.index] & ~past.loc[sub.index]
+        ax.scatter(
+            sub.x[kept],
+            sub.y[kept],
+            s=10,
+            alpha=0.7,
+            color=color,
+            marker=marker,
+            label=label,
+            zorder=4 + i / len(order),
+        )
+        hollow = excluded.loc[sub.index] & ~past.loc[sub.index]
         if hollow.any():
-            ax.scatter(sub.x[hollow], sub.y[hollow], s=14, facecolors="none", edgecolors=color)
-    past = points.get("past_wall", pd.Series(False, index=points.index)).astype(bool)
+            ax.scatter(
+                sub.x[hollow],
+                sub.y[hollow],
+                s=14,
+                marker=marker,
+                facecolors="none",
+                edgecolors=color,
+            )
+    if by_k:  # legend: marker = verifier, colour = k
+        for verifier, marker in markers.items():
+            ax.scatter([], [], marker=marker, color="grey", s=16, label=verifier)
+        for k in sorted(points["k"].astype(int).unique()):
+            ax.add_patch(Rectangle((0, 1), 0, 0, color=k_color(k), label=_k_label(k, None, None)))
     if past.any():  # measured rows the fitted law calls saturated: shown, not hidden
         ax.scatter(
             np.ones(int(past.sum())),
@@ -68,21 +151,33 @@ def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98):
             s=22,
             color="black",
             label=f"past the fitted law's wall ({int(past.sum())})",
-            zorder=4,
+            zorder=6,
         )
     ax.set_xlim(0, 1.02)
     top = np.nanquantile(points["y"], 0.995) if len(points) else 10
     ax.set_ylim(0.8, max(3.0, min(top * 1.1, 60)))
-    ax.set_xlabel(r"utilisation $x = 1 - C_1/\mu$ (= $\lambda\,C_2$ without curvature)")
+    ax.set_xlabel(
+        r"utilisation $x = 1 - C_1/\mu$ ($\mu$: the fitted mean latency at that load;"
+        "\n"
+        r"$= \lambda\,C_2$ without batch curvature)"
+    )
     ax.set_ylabel(r"normalised latency $y = L / C_1$")
-    ax.set_title("Latency collapse: measured points vs the law $y=1/(1-x)$")
+    ax.set_title(title or "Latency collapse: measured points vs the law $y=1/(1-x)$", fontsize=10)
     ax.legend(fontsize=7, ncol=2, loc="upper left", markerscale=1.5)
     ax.grid(alpha=0.3)
     return fig
 
 
-def plot_speedup(tables: Mapping[str, pd.DataFrame], *, ax=None, title: str | None = None):
-    """Speedup vs request rate with interval bands, one curve per configuration.
+def plot_speedup(
+    tables: Mapping,
+    *,
+    ax=None,
+    title: str | None = None,
+    planned: int | None = None,
+    recommended: Mapping[int, str] | None = None,
+    break_even: tuple[float, float, float] | None = None,
+):
+    """Speedup vs request rate with interval bands, one curve per draft length.
 
     Each curve is drawn only over the loads where its band is a band of latency ratios: both
     interval ends finite and fewer than 5 % of draws with either server saturated (there the
@@ -91,20 +186,30 @@ def plot_speedup(tables: Mapping[str, pd.DataFrame], *, ax=None, title: str | No
 
     Parameters
     ----------
-    tables : mapping of label -> DataFrame
-        Outputs of :func:`specbayes.plan.speedup` (columns ``rps, median, lo, hi``).
+    tables : mapping of k (int, or a label such as ``"k=4"``) -> DataFrame
+        Outputs of :func:`specbayes.plan.speedup` (columns ``rps, median, lo, hi``); each
+        curve takes its k's colour (:func:`k_color`).
+    planned : int, optional
+        The planned arm's k: drawn thicker and labelled "planned".
+    recommended : mapping k -> str, optional
+        Why a k is recommended (e.g. ``{3: "best at 1 req/s"}``), added to its label.
+    break_even : (median, lo, hi), optional
+        The planned arm's break-even load (req/s) and its interval: a dashed line and a band.
     """
-    fig, ax = _axes(ax)
+    fig, ax = _axes(ax, figsize=(6.4, 5.4))
     marked = False
-    for i, (label, t) in enumerate(tables.items()):
-        color = f"C{i % 10}"
+    for i, (key, t) in enumerate(tables.items()):
+        k = _k_of(key)
+        color = k_color(k) if k is not None else f"C{i % 10}"
+        label = _k_label(k, planned, recommended) if k is not None else str(key)
         ok = np.isfinite(t["lo"]) & np.isfinite(t["hi"]) & np.isfinite(t["median"])
         for col in ("p_dense_saturated", "p_sd_saturated"):
             if col in t:
                 ok = ok & (t[col] < 0.05)
         ok = np.array(ok, dtype=bool)
         ok = np.logical_and.accumulate(ok)  # up to the first load where the band breaks
-        ax.plot(t.rps[ok], t["median"][ok], color=color, label=label)
+        lw = 2.8 if k is not None and k == planned else 1.5
+        ax.plot(t.rps[ok], t["median"][ok], color=color, lw=lw, label=label)
         ax.fill_between(t.rps[ok], t["lo"][ok], t["hi"][ok], color=color, alpha=0.18, lw=0)
         if not ok.all():
             stop = float(t.rps.to_numpy()[np.argmin(ok)])
@@ -113,35 +218,69 @@ def plot_speedup(tables: Mapping[str, pd.DataFrame], *, ax=None, title: str | No
                 color=color,
                 ls=":",
                 lw=1.2,
-                label=None if marked else "a server saturates in > 5 % of draws",
+                label=None if marked else "curve ends: a server saturates in > 5 % of draws",
             )
             marked = True
-    ax.axhline(1.0, color="black", lw=1, ls="--")
+    if break_even is not None and np.isfinite(break_even[0]):
+        med, lo, hi = break_even
+        color = k_color(planned) if planned else "black"
+        ax.axvspan(lo, hi, color=color, alpha=0.12, lw=0)
+        ax.axvline(
+            med,
+            color=color,
+            ls="--",
+            lw=1.4,
+            label=f"break-even k={planned}: {med:.3g} req/s "
+            f"({INTERVAL_PROB:.0%}: {lo:.3g}–{hi:.3g})",
+        )
+    # dense is the baseline (speedup 1); where the headline recommends it, the line says so
+    dense = _k_label(0, planned, recommended) + ": speedup 1" if 0 in (recommended or {}) else None
+    ax.axhline(1.0, color=DENSE_COLOR, lw=1, ls="--", label=dense)
     ax.set_xlabel("request rate (req/s)")
-    ax.set_ylabel("speedup over dense  $L_{dense}/L_{SD}$")
-    ax.set_title(title or f"SD speedup vs load (median, {INTERVAL_PROB:.0%} band)")
+    ax.set_ylabel("speedup over dense  $L_{dense}/L_{SD}$ (> 1: SD wins)")
+    ax.set_title(title or f"SD speedup vs load (median, {INTERVAL_PROB:.0%} band)", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda n: labels[n].startswith("a server"))
-    ax.legend([handles[n] for n in order], [labels[n] for n in order], fontsize=8)  # k first
+    order = sorted(range(len(labels)), key=lambda n: not labels[n].startswith(("k=", "dense")))
+    handles = [handles[n] for n in order] + [_BAND]  # k first, then the markers explained
+    ax.legend(
+        handles,
+        [labels[n] for n in order] + [BAND_TEXT],
+        fontsize=7,
+        ncol=2,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+    )
     ax.grid(alpha=0.3)
     return fig
 
 
-def plot_k_map(ktable: pd.DataFrame, *, ax=None, title: str | None = None):
+def plot_k_map(
+    ktable: pd.DataFrame,
+    *,
+    ax=None,
+    title: str | None = None,
+    planned: tuple[float, int] | None = None,
+    uncertain_below: float = 0.5,
+):
     """The best draft length over (alpha, request rate): the Bayes choice, k = 0 is dense.
+
+    Cells take their k's colour (:func:`k_color`). Where the Bayes choice is the fastest
+    candidate in fewer than ``uncertain_below`` of the posterior draws (``p_best_k<k>``)
+    a dot marks the cell: the best k is uncertain there.
 
     Parameters
     ----------
     ktable : pandas.DataFrame
-        Output of :func:`specbayes.plan.optimal_k` (columns ``alpha, rps, k_bayes``).
+        Output of :func:`specbayes.plan.optimal_k` (columns ``alpha, rps, k_bayes`` and
+        ``p_best_k<k>``).
+    planned : (alpha, k), optional
+        The planned arm: a dashed line at its alpha.
     """
-    fig, ax = _axes(ax)
+    fig, ax = _axes(ax, figsize=(6.6, 4.8))
     grid = ktable.pivot(index="alpha", columns="rps", values="k_bayes")
     ks = ktable.attrs.get("ks", sorted(ktable["k_bayes"].unique()))
     levels = [-1, *ks]
-    sd_ks = [k for k in ks if k != 0]
-    sd_colors = iter(plt.cm.viridis(np.linspace(0.0, 1.0, max(len(sd_ks), 1))))
-    colors = ["#dddddd"] + ["#e76f51" if k == 0 else next(sd_colors) for k in ks]
+    colors = ["#dddddd"] + [k_color(k) for k in ks]
     cmap = ListedColormap(colors)
     norm = BoundaryNorm(np.arange(len(levels) + 1) - 0.5, cmap.N)
     idx = np.vectorize(lambda v: levels.index(int(v)))(grid.to_numpy())
@@ -149,8 +288,9 @@ def plot_k_map(ktable: pd.DataFrame, *, ax=None, title: str | None = None):
     mesh = ax.pcolormesh(rps, alphas, idx, cmap=cmap, norm=norm, shading="nearest")
     cbar = fig.colorbar(mesh, ax=ax, ticks=np.arange(len(levels)))
     cbar.ax.set_yticklabels(["saturated"] + [("dense" if k == 0 else f"k={k}") for k in ks])
-    for (i, a), (j, r) in ((p, q) for p in enumerate(alphas) for q in enumerate(rps)):
-        if len(alphas) * len(rps) <= 120:
+    if len(alphas) * len(rps) <= 120:
+        for (i, a), (j, r) in ((p, q) for p in enumerate(alphas) for q in enumerate(rps)):
+            dark = np.dot(colors[idx[i, j]][:3] if idx[i, j] else (0.9,) * 3, (0.3, 0.6, 0.1))
             ax.text(
                 r,
                 a,
@@ -158,16 +298,47 @@ def plot_k_map(ktable: pd.DataFrame, *, ax=None, title: str | None = None):
                 ha="center",
                 va="center",
                 fontsize=7,
-                color="white",
+                color="white" if dark < 0.5 else "black",
             )
+    p_best = np.array(
+        [
+            row.get(f"p_best_k{int(row['k_bayes'])}", np.nan) if row["k_bayes"] >= 0 else np.nan
+            for _, row in ktable.iterrows()
+        ],
+        dtype=float,
+    )
+    unsure = ktable[p_best < uncertain_below]
+    ax.scatter(
+        unsure.rps,
+        unsure.alpha,
+        s=10,
+        color="white",
+        edgecolors="black",
+        lw=0.5,
+        label=f"best k uncertain, P(it is fastest) < {uncertain_below:g}: {len(unsure)} cells",
+    )
+    if planned is not None:
+        a, k = planned
+        ax.axhline(a, color="black", ls="--", lw=1.2, label=f"planned arm: alpha={a:g}, k={k}")
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel(r"acceptance rate $\alpha$")
-    ax.set_title(title or "Best draft length k (lowest expected latency)")
+    ax.set_title(title or "Best draft length k (lowest expected latency)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     return fig
 
 
-def plot_cost_ratios(ratios: pd.DataFrame, *, ax=None, title: str | None = None):
+def plot_cost_ratios(
+    ratios: pd.DataFrame,
+    *,
+    ax=None,
+    title: str | None = None,
+    planned: int | None = None,
+    recommended: Mapping[int, str] | None = None,
+):
     """C1R and C2R vs draft length with intervals; C2R > 1 is the red flag.
+
+    The ratios are drawn in black and grey (colour means k in every figure); the planned
+    and recommended k are vertical lines in their k's colour (:func:`k_color`).
 
     Parameters
     ----------
@@ -175,13 +346,21 @@ def plot_cost_ratios(ratios: pd.DataFrame, *, ax=None, title: str | None = None)
         Output of :func:`specbayes.plan.cost_ratios`.
     """
     fig, ax = _axes(ax)
-    for name, color, label in (
-        ("c1r", "C0", "$C_{1R}$ (zero-load cost)"),
-        ("c2r", "C3", "$C_{2R}$ (per-request load cost)"),
+    for name, color, marker, label in (
+        ("c1r", "black", "o", "$C_{1R}$ (zero-load cost)"),
+        ("c2r", "dimgrey", "s", "$C_{2R}$ (per-request load cost)"),
     ):
         mean = ratios[f"{name}_mean"]
         err = np.vstack([mean - ratios[f"{name}_lo"], ratios[f"{name}_hi"] - mean])
-        ax.errorbar(ratios.k, mean, yerr=err, color=color, marker="o", capsize=3, label=label)
+        ax.errorbar(
+            ratios.k,
+            mean,
+            yerr=err,
+            color=color,
+            marker=marker,
+            capsize=3,
+            label=f"{label}, {INTERVAL_PROB:.0%} interval",
+        )
     ax.axhline(1.0, color="black", lw=1, ls="--")
     flagged = ratios[ratios.red_flag]
     if len(flagged):
@@ -193,15 +372,33 @@ def plot_cost_ratios(ratios: pd.DataFrame, *, ax=None, title: str | None = None)
             edgecolors="red",
             label="red flag: P($C_{2R}$>1) ≥ 0.9",
         )
+    for k in sorted({*([planned] if planned else []), *(recommended or {})}):
+        if k > 0:
+            ax.axvline(
+                k,
+                color=k_color(k),
+                lw=2.4 if k == planned else 1.4,
+                ls="-" if k == planned else ":",
+                label=_k_label(k, planned, recommended),
+            )
     ax.set_xlabel("draft length k")
     ax.set_ylabel("ratio to dense")
-    ax.set_title(title or f"Cost ratios vs k ({INTERVAL_PROB:.0%} intervals)")
-    ax.legend(fontsize=8)
+    ax.set_title(title or f"Cost ratios vs k ({INTERVAL_PROB:.0%} intervals)", fontsize=10)
+    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return fig
 
 
-def plot_capacity(curves: pd.DataFrame, *, ax=None, title: str | None = None):
+def plot_capacity(
+    curves: pd.DataFrame,
+    *,
+    ax=None,
+    title: str | None = None,
+    planned: int | None = None,
+    recommended: Mapping[int, str] | None = None,
+    break_even: tuple[float, float, float] | None = None,
+    slo: float | None = None,
+):
     """Capacity (req/s meeting the SLO with the stated probability) vs latency SLO.
 
     Parameters
@@ -209,30 +406,58 @@ def plot_capacity(curves: pd.DataFrame, *, ax=None, title: str | None = None):
     curves : pandas.DataFrame
         Columns ``slo, k, capacity_rps`` (stacked outputs of
         :func:`specbayes.plan.capacity` over several SLOs); ``attrs["prob"]`` the probability.
+    planned, recommended
+        As in :func:`plot_speedup`: the planned k drawn thicker, roles in the labels.
+    break_even : (median, lo, hi), optional
+        The planned arm's break-even load: a horizontal line and band — above it, that k is
+        slower than dense.
+    slo : float, optional
+        The headline's SLO: a vertical line.
     """
-    fig, ax = _axes(ax)
-    for i, (k, sub) in enumerate(curves.groupby("k")):
-        label = "dense" if k == 0 else f"k={k}"
-        ax.plot(sub.slo, sub.capacity_rps, marker=".", color=f"C{i % 10}", label=label)
+    fig, ax = _axes(ax, figsize=(6.4, 5.4))
+    for k, sub in curves.groupby("k"):
+        color = k_color(k)
+        ax.plot(
+            sub.slo,
+            sub.capacity_rps,
+            marker=".",
+            color=color,
+            lw=2.8 if k == planned else 1.5,
+            label=_k_label(k, planned, recommended),
+        )
         if "extrapolated" in sub:
             ext = sub[sub.extrapolated.astype(bool)]
             ax.scatter(
-                ext.slo,
-                ext.capacity_rps,
-                s=40,
-                facecolors="white",
-                edgecolors=f"C{i % 10}",
-                zorder=3,
+                ext.slo, ext.capacity_rps, s=40, facecolors="white", edgecolors=color, zorder=3
             )
     if "extrapolated" in curves and curves.extrapolated.astype(bool).any():
         ax.scatter(
-            [], [], s=40, facecolors="white", edgecolors="grey", label="beyond measured loads"
+            [],
+            [],
+            s=40,
+            facecolors="white",
+            edgecolors="grey",
+            label="open: above the highest measured load (extrapolated)",
         )
+    if break_even is not None and np.isfinite(break_even[0]):
+        med, lo, hi = break_even
+        color = k_color(planned) if planned else "black"
+        ax.axhspan(lo, hi, color=color, alpha=0.12, lw=0)
+        ax.axhline(
+            med,
+            color=color,
+            ls="--",
+            lw=1.4,
+            label=f"break-even load of k={planned}: {med:.3g} req/s "
+            f"({INTERVAL_PROB:.0%}: {lo:.3g}–{hi:.3g}); dense faster above",
+        )
+    if slo is not None:
+        ax.axvline(slo, color="grey", ls=":", lw=1.2, label=f"headline SLO {slo:.3g} s")
     prob = curves.attrs.get("prob", 0.9)
     ax.set_xlabel("mean-latency SLO (s)")
     ax.set_ylabel(f"capacity (req/s) met with P ≥ {prob:g}")
-    ax.set_title(title or "Capacity under a latency SLO")
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_title(title or "Capacity under a latency SLO", fontsize=10)
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13))
     ax.grid(alpha=0.3)
     return fig
 

@@ -2,7 +2,7 @@
 
 ``write_report(fit, out_dir)`` answers the deployment questions of Kong et al. (arXiv
 2605.15051; ``docs/model.md``) — where does SD stop paying, which k, how much load fits under
-an SLO — for one arm (by default the most-measured SD configuration in the fit's data) and
+an SLO — for one arm (by default a measured SD sweep, :func:`specbayes.arms.default_arm`) and
 writes everything a person needs to act on them: the collapse plot (does the latency law
 hold?), speedup vs load with bands for several k, the k-map over (alpha, load), C1R/C2R vs
 k, capacity vs SLO, and ``summary.md`` with the headline answers.
@@ -10,7 +10,6 @@ k, capacity vs SLO, and ``summary.md`` with the headline answers.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from specbayes import laws, plan
+from specbayes.arms import alpha_point, default_arm, resolve_arm
 from specbayes.artefacts import dumps, staged_dir
 from specbayes.intervals import INTERVAL_PROB
 
@@ -45,178 +45,6 @@ def markdown_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
     body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join([head, rule, *body])
-
-
-def default_arm(
-    fit: Any, verifier: str | None = None, hardware: str | None = None, drafter: str | None = None
-) -> plan.Arm:
-    """The most-measured SD configuration of the fit's data (dense if there is none).
-
-    ``verifier``, ``hardware`` and ``drafter`` restrict the choice to rows that match them.
-    """
-    d = fit.data
-    for col, value in (("verifier", verifier), ("hardware", hardware)):
-        if value is not None:
-            d = d[d[col].astype(str) == value]
-    sd = d[d.k > 0]
-    if drafter is not None:
-        sd = sd[sd["drafter"].astype(str) == drafter]
-    base = sd if len(sd) else d
-    if base.empty:
-        raise ValueError("no fitted row matches the configuration asked for")
-    key = ["verifier", "hardware", "cell"]
-    top = base.groupby(key).size().idxmax()
-    rows = base.set_index(key).loc[top]
-    rows = rows.to_frame().T if isinstance(rows, pd.Series) else rows
-    alpha = None
-    k = 0
-    drafter = None
-    if len(sd):
-        drafter = rows["drafter"].mode().iloc[0]
-        ks = np.sort(rows["k"].unique())
-        k = int(ks[len(ks) // 2])
-        known = rows["alpha"].dropna()
-        alpha = float(np.round(known.median(), 2)) if len(known) else None
-    return plan.Arm(
-        verifier=top[0],
-        hardware=top[1],
-        cell=top[2],
-        prefill=float(rows["prefill"].mean()),
-        decode=float(rows["decode"].mean()),
-        drafter=drafter,
-        alpha=alpha,
-        k=k,
-    )
-
-
-_CELL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[xX×]\s*(\d+(?:\.\d+)?)\s*$")
-
-
-def _known(fit: Any, column: str, value: str | None, option: str) -> None:
-    if value is None:
-        return
-    known = sorted(fit.data[column].astype(str).unique())
-    if value not in known:
-        raise ValueError(
-            f"{option} {value}: not in this fit (fitted: {', '.join(known)}) — choose one of "
-            "them, or fit data that include it"
-        )
-
-
-def _check_pair(fit: Any, verifier: str, drafter: str) -> None:
-    d = fit.data
-    sd = d[(d.k > 0) & (d.verifier.astype(str) == verifier)]
-    paired = sorted(sd["drafter"].astype(str).unique())
-    if drafter == "none" and paired:
-        raise ValueError(
-            "--drafter none: the planner compares an SD arm with dense itself — give the SD "
-            f"arm's drafter (measured with verifier {verifier}: {', '.join(paired)})"
-        )
-    if drafter not in paired:
-        measured = ", ".join(paired) if paired else "none: this fit has no SD rows of it"
-        raise ValueError(
-            f"--drafter {drafter}: never measured with verifier {verifier} in this fit "
-            f"(drafters measured with it: {measured}) — choose one of those, or fit sweeps of "
-            "that pair"
-        )
-
-
-def extrapolation_notes(fit: Any, arm: plan.Arm) -> list[str]:
-    """One line per setting of ``arm`` outside what the fit measured: the draft length for
-    its (verifier, drafter) pair, the prompt and output tokens for its verifier. The laws
-    still answer there, but only the model's form carries the answer."""
-    d = fit.data
-    mine = d[d.verifier.astype(str) == arm.verifier]
-    notes = []
-    pair = mine[(mine.k > 0) & (mine.drafter.astype(str) == str(arm.drafter))]
-    checks = [("prompt tokens", arm.prefill, mine["prefill"]), ("output tokens", arm.decode,
-              mine["decode"])]  # fmt: skip
-    if arm.k > 0 and len(pair):
-        checks.insert(0, ("draft lengths k", arm.k, pair["k"]))
-    for what, value, measured in checks:
-        lo, hi = float(measured.min()), float(measured.max())
-        if not lo <= value <= hi:
-            notes.append(
-                f"note: {value:g} lies outside the {what} measured for {arm.verifier} "
-                f"({lo:g}–{hi:g}): the answers below extrapolate the fitted laws"
-            )
-    return notes
-
-
-def _cell_tokens(fit: Any, arm: plan.Arm, cell: str) -> tuple[float, float] | None:
-    """Mean (prefill, decode) of workload ``cell``: from the fit's rows, else from its label."""
-    d = fit.data
-    rows = d[d.cell.astype(str) == cell]
-    same = rows[(rows.verifier == arm.verifier) & (rows.hardware == arm.hardware)]
-    rows = same if len(same) else rows
-    if len(rows):
-        return float(rows["prefill"].mean()), float(rows["decode"].mean())
-    m = _CELL.match(cell)
-    return (float(m.group(1)), float(m.group(2))) if m else None
-
-
-def resolve_arm(
-    fit: Any,
-    *,
-    verifier: str | None = None,
-    hardware: str | None = None,
-    drafter: str | None = None,
-    cell: str | None = None,
-    prefill: float | None = None,
-    decode: float | None = None,
-    alpha: float | None = None,
-    k: int | None = None,
-) -> plan.Arm:
-    """The arm a user asked for, checked against the fit; defaults from :func:`default_arm`.
-
-    A ``cell`` names a workload: a fitted cell's mean prompt and output tokens, or the
-    tokens of a ``"<prefill>x<decode>"`` label — so ``cell="256x256"`` plans the 256/256
-    workload, not the default one under a new name.
-
-    Raises
-    ------
-    ValueError
-        Unknown verifier, hardware or drafter; a drafter never measured with the verifier;
-        a cell that is neither fitted nor ``"<prefill>x<decode>"`` (without tokens given); a
-        cell whose tokens contradict ``prefill``/``decode``.
-    """
-    _known(fit, "verifier", verifier, "--verifier")
-    _known(fit, "hardware", hardware, "--hardware")
-    arm = default_arm(fit, verifier, hardware, drafter)
-    if drafter is not None:
-        _check_pair(fit, arm.verifier, drafter)
-    changes: dict[str, Any] = {"drafter": drafter} if drafter is not None else {}
-    if k is not None:
-        changes["k"] = int(k)
-    if alpha is not None:
-        changes["alpha"] = float(alpha)
-    if cell is not None:
-        tokens = _cell_tokens(fit, arm, cell)
-        if tokens is None and (prefill is None or decode is None):
-            cells = ", ".join(sorted(fit.data.cell.astype(str).unique()))
-            raise ValueError(
-                f"--cell {cell}: not a workload of this fit (fitted: {cells}) nor "
-                "'<prefill>x<decode>' — give --prefill and --decode with it"
-            )
-        for name, given, implied in zip(
-            ("--prefill", "--decode"), (prefill, decode), tokens or (None, None), strict=True
-        ):
-            if given is not None and implied is not None and abs(given - implied) > 0.5:
-                raise ValueError(
-                    f"--cell {cell}: means {name} {implied:g}, but {name} {given:g} was given "
-                    "— give one or the other"
-                )
-        p, g = tokens or (prefill, decode)
-        changes.update(
-            cell=cell,
-            prefill=p if prefill is None else prefill,
-            decode=g if decode is None else decode,
-        )
-    elif prefill is not None or decode is not None:
-        p = arm.prefill if prefill is None else prefill
-        g = arm.decode if decode is None else decode
-        changes.update(prefill=p, decode=g, cell=f"{round(p)}x{round(g)}")
-    return replace(arm, **changes)
 
 
 def collapse_points(fit: Any) -> pd.DataFrame:
@@ -250,7 +78,16 @@ def collapse_points(fit: Any) -> pd.DataFrame:
     )
     group = d["verifier"] + np.where(d["k"] > 0, " SD", " dense")
     past = ~np.isfinite(mu)  # measured, yet past the wall of the law at the mean costs
-    return pd.DataFrame(dict(x=1.0 - c1m / mu, y=d["latency"] / c1m, group=group, past_wall=past))
+    return pd.DataFrame(
+        dict(
+            x=1.0 - c1m / mu,
+            y=d["latency"] / c1m,
+            group=group,
+            verifier=d["verifier"].astype(str),
+            k=d["k"].astype(int),
+            past_wall=past,
+        )
+    )
 
 
 @dataclass
@@ -272,15 +109,19 @@ def _beyond(row: pd.Series) -> str:
     if not row.extrapolated:
         return ""
     top = row.max_measured_rps
-    measured = f"{top:.2f} req/s" if np.isfinite(top) else "none"
-    return f" (extrapolated: highest measured rate {measured})"
+    if np.isfinite(top):
+        return f" (extrapolated: highest measured rate {top:.2f} req/s)"
+    return f" (extrapolated: {'dense' if row.k == 0 else f'k = {row.k}'} not measured here)"
 
 
 def _headline(fit, arm, ktab, slo, prob) -> Headline:
+    """The three answers for ``arm``; the best-k line reads ``ktab`` at the arm's alpha
+    (:func:`specbayes.arms.alpha_point`, which the k-table's alpha grid contains)."""
     be = plan.break_even(fit, arm).iloc[0]
     rates = np.sort(ktab["rps"].unique())
     alphas = ktab["alpha"].unique()
-    nearest = alphas[np.argmin(np.abs(alphas - (arm.alpha or 0.75)))]
+    point = alpha_point(fit, arm)
+    nearest = alphas[np.argmin(np.abs(alphas - point))]
     near = ktab[ktab["alpha"] == nearest]
     k_low = int(near[near.rps == rates[0]]["k_bayes"].iloc[0])
     k_high = int(near[near.rps == rates[-1]]["k_bayes"].iloc[0])
@@ -301,7 +142,9 @@ def _headline(fit, arm, ktab, slo, prob) -> Headline:
     def kname(k: int) -> str:
         return "dense (no SD)" if k == 0 else ("none (saturated)" if k < 0 else f"k = {k}")
 
-    alpha_txt = "inferred alpha" if arm.alpha is None else f"alpha = {near.alpha.iloc[0]:g}"
+    alpha_txt = f"alpha = {nearest:g}" + (
+        ", the posterior median of the inferred alpha" if arm.alpha is None else ""
+    )
     h.lines = [
         f"Break-even load: {be_text}.",
         f"Best draft length ({alpha_txt}): {kname(k_low)} at {rates[0]:.2g} req/s, "
@@ -355,18 +198,45 @@ def _speedup_grid(sat: float) -> np.ndarray:
     return np.linspace(0.0, 0.95 * sat, 24)
 
 
-def _capacity_curves(fit, k_arm, c1_med: float, prob: float) -> pd.DataFrame:
+def _capacity_curves(fit, k_arm, c1_med: float, prob: float, ks) -> pd.DataFrame:
     caps = []
     for s in np.linspace(1.05 * c1_med, 4.0 * c1_med, 16):
         try:
-            caps.append(
-                plan.capacity(fit, k_arm, s, prob=prob, ks=[0, 1, 2, 4, 6, 8]).assign(slo=s)
-            )
+            caps.append(plan.capacity(fit, k_arm, s, prob=prob, ks=ks).assign(slo=s))
         except ValueError:
             continue
     curves = pd.concat(caps, ignore_index=True)
     curves.attrs["prob"] = prob
     return curves
+
+
+def _recommended(head: Headline) -> dict[int, str]:
+    """``{k: "best at 1 req/s"}``: the headline's best k at its lightest and heaviest load."""
+    roles: dict[int, list[str]] = {}
+    for k, r in ((head.k_low, head.rps_low), (head.k_high, head.rps_high)):
+        if k >= 0:
+            roles.setdefault(k, []).append(f"{r:.2g}")
+    return {k: f"best at {' and '.join(rs)} req/s" for k, rs in roles.items()}
+
+
+def _config_title(arm: plan.Arm, k_arm: plan.Arm | None) -> str:
+    """The configuration a figure is about: verifier, drafter, GPU, workload (and alpha)."""
+    text = f"{arm.verifier} + {arm.drafter} on {arm.hardware}, workload {arm.cell}"
+    if k_arm is None:
+        return text
+    alpha = f"{arm.alpha:g}" if arm.alpha is not None else f"inferred (median {k_arm.alpha:g})"
+    return f"{text}, alpha={alpha}"
+
+
+def _collapse_title(fit: Any, n: int) -> str:
+    d = fit.data
+    names = ", ".join(sorted(d.verifier.astype(str).unique()))
+    gpus = ", ".join(sorted(d.hardware.astype(str).unique()))
+    cells = sorted(d.cell.astype(str).unique())
+    cells = ", ".join(cells) if len(cells) <= 3 else f"{len(cells)} workloads"
+    return (
+        f"Latency collapse: {n} measured points vs the law $y=1/(1-x)$\n{names} on {gpus}; {cells}"
+    )
 
 
 def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
@@ -383,41 +253,65 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     sat_draws = laws.saturation_rps(*dense_costs)
     sat = float(np.median(sat_draws))  # dense saturation rate (median draw)
     sat_safe = float(np.quantile(sat_draws, 0.05))  # dense unsaturated here w.p. 0.95
-    ks_show = [k for k in (1, 2, 4, 6, 8) if k != arm.k][:3] + ([arm.k] if arm.k else [])
-    ks_show = sorted(set(ks_show))
     figures: dict[str, Any] = {}
     written: list[str] = []
-    k_arm = arm if arm.alpha is not None else replace(arm, alpha=0.75)
+    k_arm = replace(arm, alpha=alpha_point(fit, arm) if arm.k else 0.75)
     c1_med = float(np.median(c1d))
     slo = slo or 2.0 * c1_med
-    alphas = np.round(np.arange(0.5, 1.0001, 0.05), 2) if arm.alpha is not None else [0.75]
+    # the arm's own alpha is on the grid: the headline's best k is read at it, not near it
+    alphas = np.unique(np.append(np.round(np.arange(0.5, 1.0001, 0.05), 2), k_arm.alpha))
     ktab = plan.optimal_k(fit, k_arm, alphas, np.linspace(0.02 * sat, 0.95 * sat_safe, 12))
-    head = _headline(fit, k_arm if arm.k else replace(k_arm, k=1), ktab, slo, prob)
+    head = _headline(fit, arm if arm.k else replace(k_arm, k=1), ktab, slo, prob)
 
-    figures["collapse.png"] = plots.plot_collapse(collapse_points(fit))
+    # every figure shows the planned k and the headline's recommended ones, in their colours
+    roles = _recommended(head)
+    planned = arm.k or None
+    key = [k for k in (planned, *roles) if k]
+    ks_show = sorted({*key, *[k for k in (1, 2, 4, 6, 8) if k not in key][: max(5 - len(key), 0)]})
+    be = head.break_even
+    be_point = (be.rps_star_median, be.rps_star_lo, be.rps_star_hi)
+    config = _config_title(arm, k_arm)
+    points = collapse_points(fit)
+    figures["collapse.png"] = plots.plot_collapse(points, title=_collapse_title(fit, len(points)))
     rps = _speedup_grid(sat)
-    sp = {f"k={k}": plan.speedup(fit, replace(arm, k=k), rps) for k in ks_show} if arm.k else {}
+    sp = {k: plan.speedup(fit, replace(arm, k=k), rps) for k in ks_show} if arm.k else {}
     if sp:
         figures["speedup_vs_rps.png"] = plots.plot_speedup(
-            sp, title=f"{arm.verifier} on {arm.hardware}, {arm.cell}, alpha={arm.alpha}"
+            sp,
+            title=f"Speedup over dense vs load\n{config}",
+            planned=planned,
+            recommended=roles,
+            break_even=be_point,
         )
-        pd.concat([t.assign(config=c) for c, t in sp.items()]).to_csv(
+        pd.concat([t.assign(config=f"k={k}") for k, t in sp.items()]).to_csv(
             out / "speedup.csv", index=False
         )
         written.append("speedup.csv")
     ktab.to_csv(out / "k_table.csv", index=False)
     written.append("k_table.csv")
-    figures["k_map.png"] = plots.plot_k_map(ktab)
+    figures["k_map.png"] = plots.plot_k_map(
+        ktab,
+        title=f"Best draft length k (lowest expected latency)\n{_config_title(arm, None)}",
+        planned=(k_arm.alpha, arm.k) if arm.k else None,
+    )
     ratios = plan.cost_ratios(fit, k_arm if arm.k else replace(k_arm, k=1))
     ratios.to_csv(out / "cost_ratios.csv", index=False)
     written.append("cost_ratios.csv")
     figures["cost_ratios.png"] = plots.plot_cost_ratios(
-        ratios, title=f"Cost ratios vs k, {arm.verifier}, alpha={k_arm.alpha:g}"
+        ratios, title=f"Cost ratios SD / dense vs k\n{config}", planned=planned, recommended=roles
     )
-    curves = _capacity_curves(fit, k_arm, c1_med, prob)
+    cap_ks = sorted({0, 1, 2, 4, 6, 8, *key})
+    curves = _capacity_curves(fit, k_arm, c1_med, prob, cap_ks)
     curves.to_csv(out / "capacity.csv", index=False)
     written.append("capacity.csv")
-    figures["capacity_vs_slo.png"] = plots.plot_capacity(curves)
+    figures["capacity_vs_slo.png"] = plots.plot_capacity(
+        curves,
+        title=f"Capacity under a mean-latency SLO\n{config}",
+        planned=planned,
+        recommended=roles,
+        break_even=be_point,
+        slo=slo,
+    )
     try:
         for name, fig in figures.items():
             fig.savefig(out / name, dpi=110)
@@ -596,17 +490,24 @@ def _ratios_section(ratios: pd.DataFrame) -> list[str]:
 
 
 _FIGURES = {
-    "collapse.png": "every measured point normalised by its configuration's fitted C1 and C2. "
+    "collapse.png": "every measured point normalised by its configuration's fitted C1 and C2 "
+    "(colour: k, as in every figure; marker: verifier). "
     "If the latency law holds, the points lie on the black curve y = 1/(1 − x); systematic "
     "departures show where the model is wrong.",
     "speedup_vs_rps.png": "how much faster SD is than dense decoding as load rises, for "
-    "several draft lengths (median and 90 % band). Above the dashed line SD wins; curves stop "
-    "where the dense server saturates in some draws (marked).",
+    "the planned k (thick), the headline's recommended k and a few others (median and shaded "
+    "90 % band). Above the dashed line SD wins; a curve stops (dotted line) where a server "
+    "saturates in more than 5 % of draws; the dashed vertical line and its band are the "
+    "planned arm's break-even load and its 90 % interval.",
     "k_map.png": "the draft length with the lowest expected latency at each (acceptance rate, "
-    "load). Where C2R > 1 the best k falls as load rises; compare the left and right edges.",
-    "cost_ratios.png": "C1R and C2R vs k with 90 % intervals (red circles: P(C2R > 1) ≥ 0.9).",
+    "load); dotted cells: that k is the fastest in fewer than half the draws (uncertain); "
+    "dashed line: the planned arm's alpha. Where C2R > 1 the best k falls as load rises.",
+    "cost_ratios.png": "C1R and C2R vs k with 90 % intervals (red circles: P(C2R > 1) ≥ 0.9); "
+    "vertical lines: the planned (solid) and recommended (dotted) k.",
     "capacity_vs_slo.png": "the highest request rate whose mean latency meets an SLO with the "
-    "stated probability, per k.",
+    "stated probability, per k (planned k thick; open circles: above the highest measured "
+    "load); the horizontal band is the planned arm's break-even load, the dotted line the "
+    "headline's SLO.",
 }
 
 

@@ -452,6 +452,8 @@ def test_plan_notes_settings_outside_the_measured_range(ws, monkeypatch, capsys)
     monkeypatch.chdir(ws)
     assert run_cli(["plan", "fit.nc", "--k", "40", "--ks", "0,40"]) == 0
     out = capsys.readouterr().out
-    assert "note: 40 lies outside the draft lengths k measured for V8B" in out
+    assert "note: D1B k=40 in 256x256 on H100 was never measured with V8B" in out
+    assert "D1B k=1 (" in out and "D1B k=5 (" in out  # what was measured instead
     assert run_cli(["plan", "fit.nc", "--k", "3", "--ks", "0,3"]) == 0
-    assert "lies outside" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "arm: the measured sweep D1B k=3 in 256x256" in out and "never measured" not in out

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import DrawsFit, law_rows
+from matplotlib.colors import to_rgba
 
 from specbayes import plan, plots, report
 
@@ -33,7 +34,7 @@ def test_collapse_points_lie_on_the_law_for_law_data(fit_with_data):
 
 def test_each_figure_titles_and_axes(fit_with_data):
     arm = report.default_arm(fit_with_data)
-    assert arm.k > 0 and arm.alpha == pytest.approx(0.7)
+    assert (arm.k, arm.alpha) in {(2, 0.6), (2, 0.8), (6, 0.6), (6, 0.8)}  # a measured sweep
     sp = {"k=2": plan.speedup(fit_with_data, arm, np.linspace(0, 10, 6))}
     fig = plots.plot_speedup(sp)
     assert "speedup" in fig.axes[0].get_ylabel().lower()
@@ -127,3 +128,123 @@ def test_speedup_band_stops_where_it_is_undefined():
     line = ax.get_lines()[0]
     assert list(line.get_xdata()) == [0.0, 1.0]  # not into the undefined band
     assert any(ln.get_linestyle() == ":" for ln in ax.get_lines())  # saturation marked
+
+
+def test_report_with_inferred_alpha_reads_the_k_table_at_its_posterior_median(tmp_path):
+    class Inferred(DrawsFit):
+        def alpha_draws(self, verifier, drafter, cell):
+            return np.random.default_rng(1).beta(40, 12, self.n)
+
+    fit = Inferred()
+    fit.data = law_rows(fit, alphas=(0.77,)).assign(alpha=lambda d: d.alpha.where(d.k == 0, np.nan))
+    head = report.write_report(fit, tmp_path)
+    assert head.arm.alpha is None  # the plan itself uses the alpha draws
+    median = round(float(np.median(fit.alpha_draws("V8", "eagle3", "1024x1024"))), 3)
+    assert f"(alpha = {median:g}, the posterior median of the inferred alpha)" in head.lines[1]
+    assert np.isclose(pd.read_csv(tmp_path / "k_table.csv").alpha, median).any()
+
+
+@pytest.fixture
+def report_figures(fit_with_data, tmp_path, monkeypatch):
+    """The figures ``write_report`` draws, by file name, kept open for inspection."""
+    import matplotlib.pyplot as plt
+
+    drawn = {}
+
+    def keeper(plot, file):
+        def keep(*args, **kwargs):
+            drawn[file] = plot(*args, **kwargs)
+            return drawn[file]
+
+        return keep
+
+    for name, file in (
+        ("plot_collapse", "collapse"),
+        ("plot_speedup", "speedup"),
+        ("plot_k_map", "k_map"),
+        ("plot_cost_ratios", "cost_ratios"),
+        ("plot_capacity", "capacity"),
+    ):
+        monkeypatch.setattr(plots, name, keeper(getattr(plots, name), file))
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: None)
+    head = report.write_report(fit_with_data, tmp_path)
+    yield head, drawn
+    for fig in drawn.values():
+        close(fig)
+
+
+def _lines(ax) -> dict[str, tuple]:
+    return {ln.get_label(): to_rgba(ln.get_color()) for ln in ax.get_lines()}
+
+
+def test_every_figure_names_its_configuration(report_figures):
+    head, drawn = report_figures
+    arm = head.arm
+    config = ["V8", "eagle3", "A100", "1024x1024"]
+    for name in ("speedup", "capacity", "cost_ratios", "k_map"):
+        title = drawn[name].axes[0].get_title()
+        assert all(part in title for part in config), (name, title)
+        if name != "k_map":  # the k map spans every alpha: it marks the arm's instead
+            assert f"alpha={arm.alpha:g}" in title, (name, title)
+    collapse = drawn["collapse"].axes[0]
+    assert "V8" in collapse.get_title() and "A100" in collapse.get_title()
+    assert r"$\mu$: the fitted mean latency" in collapse.get_xlabel()  # mu is defined
+
+
+def test_speedup_and_capacity_draw_the_planned_and_recommended_k_and_break_even(report_figures):
+    head, drawn = report_figures
+    k, be = head.arm.k, head.break_even
+    assert head.k_low != head.k_high and head.k_low > 0
+    for name in ("speedup", "capacity"):
+        lines = _lines(drawn[name].axes[0])
+        planned = next(label for label in lines if label.startswith(f"k={k} (planned"))
+        assert lines[planned] == to_rgba(plots.k_color(k))  # the k's own colour
+        for rec, rps in ((head.k_low, head.rps_low), (head.k_high, head.rps_high)):
+            name_k = "dense" if rec == 0 else f"k={rec}"
+            assert any(
+                label.startswith(name_k) and f"best at {rps:.2g}" in label for label in lines
+            ), (name, rec, list(lines))
+        crossing = next(label for label in lines if label.startswith("break-even"))
+        assert f"{be.rps_star_median:.3g} req/s" in crossing
+        assert f"{be.rps_star_lo:.3g}–{be.rps_star_hi:.3g}" in crossing  # with its interval
+    legend = [t.get_text() for t in drawn["speedup"].axes[0].get_legend().get_texts()]
+    assert any("90% interval of posterior draws" in t for t in legend)  # bands explained
+    assert any(t.startswith("headline SLO") for t in _lines(drawn["capacity"].axes[0]))
+
+
+def test_one_colour_per_k_across_figures(report_figures):
+    _, drawn = report_figures
+    seen: dict[int, set] = {}
+    for name in ("speedup", "capacity", "cost_ratios"):
+        for label, color in _lines(drawn[name].axes[0]).items():
+            m = re.match(r"(?:k=(\d+)|dense)\b", label)
+            if m:
+                seen.setdefault(int(m.group(1) or 0), set()).add(color)
+    assert seen and all(colors == {to_rgba(plots.k_color(k))} for k, colors in seen.items())
+    assert len({to_rgba(plots.k_color(k)) for k in range(0, 11)}) == 11  # dense its own
+    # the k map's cells and the collapse plot's dense points use the same mapping
+    k_map = drawn["k_map"].axes[0]
+    cmap = k_map.collections[0].get_cmap()
+    ks = [0, *range(1, 11)]
+    assert [to_rgba(cmap(i + 1)) for i in range(len(ks))] == [to_rgba(plots.k_color(k)) for k in ks]
+    collapse = drawn["collapse"].axes[0].collections
+    colors = {tuple(c.get_facecolor()[0][:3]) for c in collapse if len(c.get_offsets())}
+    assert {to_rgba(plots.k_color(k))[:3] for k in (0, 2, 6)} <= colors
+
+
+def test_k_map_marks_the_planned_alpha_and_uncertain_cells():
+    import matplotlib.pyplot as plt
+
+    fit = DrawsFit(spread=0.3)  # wide draws: near a switch of best k, the choice is uncertain
+    arm = plan.Arm("V8", "A100", 1024, 1024, drafter="eagle3", alpha=0.7, k=4)
+    ktab = plan.optimal_k(fit, arm, [0.6, 0.7, 0.8], np.linspace(0.5, 10, 8), ks=range(0, 9))
+    fig = plots.plot_k_map(ktab, planned=(0.7, 4), title="V8 + eagle3 on A100")
+    ax = fig.axes[0]
+    assert any(ln.get_label() == "planned arm: alpha=0.7, k=4" for ln in ax.get_lines())
+    p_best = [row[f"p_best_k{int(row.k_bayes)}"] for _, row in ktab.iterrows()]
+    unsure = sum(p < 0.5 for p in p_best)
+    assert unsure > 0  # the fixture must exercise the mark
+    dots = next(c for c in ax.collections if "uncertain" in str(c.get_label()))
+    assert len(dots.get_offsets()) == unsure and f": {unsure} cells" in dots.get_label()
+    plt.close(fig)

@@ -88,7 +88,10 @@ LEGEND = (
 
 
 def _arm_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("configuration (defaults: the most-measured SD configuration)")
+    g = p.add_argument_group(
+        "configuration (default: the measured SD sweep with the most rows, ties to the highest "
+        "load, among those matching the options given; its alpha is that sweep's)"
+    )
     g.add_argument("--verifier")
     g.add_argument("--hardware")
     g.add_argument("--drafter")
@@ -157,7 +160,7 @@ def load_plannable(path: Path):
 
 
 def _arm(fit, args):
-    from specbayes.report import resolve_arm
+    from specbayes.arms import resolve_arm
 
     names = ("verifier", "hardware", "drafter", "cell", "prefill", "decode", "alpha", "k")
     arm = resolve_arm(fit, **{n: getattr(args, n) for n in names})
@@ -166,6 +169,13 @@ def _arm(fit, args):
     if arm.k > 0 and arm.alpha is None and not getattr(fit, "alpha_inferred", False):
         raise ValueError("--alpha: the fit did not infer alpha for this arm — give --alpha")
     return arm
+
+
+def _notes(fit, arm, args) -> list[str]:
+    from specbayes.arms import arm_notes
+
+    defaulted = any(getattr(args, n) is None for n in ("drafter", "k", "cell"))
+    return arm_notes(fit, arm, defaulted=defaulted)
 
 
 def rate_grid(top: float, n: int = 7) -> list[float]:
@@ -224,10 +234,11 @@ def _tables(fit, arm, args) -> dict:
     alphas = args.alphas or ([arm.alpha] if arm.alpha is not None else [0.6, 0.75, 0.9])
     tables["k_table"] = plan.optimal_k(fit, k_arm, alphas, rps, ks=args.ks)
     if args.slo is not None:
-        tables["capacity"] = plan.capacity(fit, arm, args.slo, prob=args.prob, ks=args.ks)
+        ks = sorted({*args.ks, arm.k})  # the arm's own k is always answered about
+        tables["capacity"] = plan.capacity(fit, arm, args.slo, prob=args.prob, ks=ks)
         if args.total_rps is not None:
             tables["replicas"] = plan.replicas(
-                fit, arm, args.total_rps, args.slo, prob=args.prob, ks=args.ks
+                fit, arm, args.total_rps, args.slo, prob=args.prob, ks=ks
             )
     return tables
 
@@ -254,7 +265,6 @@ def _write_plan(out: Path, arm, tables: dict) -> None:
 
 def run_plan(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir
-    from specbayes.report import extrapolation_notes
 
     if args.total_rps is not None and args.slo is None:
         raise ValueError(
@@ -266,7 +276,7 @@ def run_plan(args: argparse.Namespace) -> int:
     arm = _arm(fit, args)
     print(f"plan for {arm.label()} on {arm.hardware}, workload {arm.cell} "
           f"(prefill {arm.prefill:g}, decode {arm.decode:g} tokens)")  # fmt: skip
-    for note in extrapolation_notes(fit, arm):
+    for note in _notes(fit, arm, args):
         print(note)
     tables = _tables(fit, arm, args)
     for name, t in tables.items():
@@ -280,6 +290,14 @@ def run_plan(args: argparse.Namespace) -> int:
             "saturated in most draws — its latency is unbounded, so the speedup there is not a "
             "ratio of latencies (read P(SD faster))."
         )
+    cap = tables.get("capacity")
+    if cap is not None and not cap.loc[cap.k == arm.k, "capacity_rps"].gt(0).any():
+        row = cap[cap.k == arm.k].iloc[0]
+        print(
+            f"note: k = {arm.k} meets the SLO {args.slo:g} s at no load with probability "
+            f"{args.prob:g} (its zero-load latency is {row.zero_load_latency_median:.3g} s, "
+            "median) — the other rows answer for other k"
+        )
     if args.out:
         _write_plan(args.out, arm, tables)
         print(f"\nwrote {len(tables)} tables (CSV) and plan.json to {args.out}/")
@@ -288,12 +306,12 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir
-    from specbayes.report import extrapolation_notes, write_report
+    from specbayes.report import write_report
 
     check_out_dir(args.out)
     fit = load_plannable(args.fit)
     arm = _arm(fit, args)
     head = write_report(fit, args.out, arm=arm, slo=args.slo, prob=args.prob)
-    print("\n".join([*extrapolation_notes(fit, arm), *head.lines]))
+    print("\n".join([*_notes(fit, arm, args), *head.lines]))
     print(f"report written to {args.out}/summary.md")
     return 0
