@@ -7,27 +7,23 @@ Usage::
 
 For each case it measures, in the same process and on the same validated rows,
 
-* ``bayes``: :func:`specbayes.fit.fit` wall time end to end (least-squares start — with
-  ``--start mode`` also the mode search and the whitening at the mode —, model build,
-  nutpie compile, sampling, pointwise groups), with its health numbers and
-  *ESS per second* (minimum bulk ESS over coefficients and hyper-parameters / wall time).
-  "of which start s" is everything before sampling: least squares, model build and, with
-  the mode start (``auto`` on ≥ 10k rows), nutpie's compile (also its own column: the mode
-  search runs on the compiled model) and the mode search;
+* ``bayes``: :func:`specbayes.fit.fit` wall time end to end on the default core, split into
+  ``build`` (validation, design arrays, the ``pm.Model``), ``compile`` (nutpie's numba
+  compile), ``sample`` (4 chains of NUTS and the exact noise-scale draws) and ``groups`` (the
+  stored log-likelihood and predictive groups), with its health numbers and *ESS per
+  second* (minimum bulk ESS over the free variables / wall time);
 * ``curve_fit``: :func:`specbayes.baseline.fit_configurations` — SciPy ``curve_fit`` of
   (C1, C2) per configuration (the paper's method), point estimates only.
 
 Reported numbers are medians over ``--repeats`` runs (same sampler seed: the repeats time the
 same chains) or over ``--seeds`` runs (one fit per sampler seed: a health study; each run's
-health is printed too). Targets (issue 5): demo ≤ 180 s wall
-on 2 cores; paper (≥ 20k rows) within 20× the ``curve_fit`` time.
+health is printed too). Target (issue 42): the paper's dense verifiers within 10× the
+``curve_fit`` time of the same rows, healthy, at the default sampler configuration.
 
 Cases: ``demo`` and ``paper`` read ``data/<name>.parquet`` when present (``paper-dense`` /
 ``paper-moe``: its dense / MoE verifiers); ``real`` the real B200 sweeps in ``data/real``;
-``sim-multi`` is the slow test's 3 verifiers × 2 GPUs × 2 drafters simulated from the model
-(2,736 rows); ``sim-paper`` simulates a paper-sized grid from the model itself (2 verifiers
-× 16 cells × dense + 22 (alpha, k) pairs × 9 rates ≈ 6.6k rows per verifier) when the
-simulator's file is absent.
+``sim-multi`` is 3 verifiers × 2 GPUs × 2 drafters simulated from the model; ``sim-paper``
+a paper-sized grid simulated from the model itself (3 verifiers × 2 GPUs × 16 cells).
 """
 
 from __future__ import annotations
@@ -65,17 +61,17 @@ def load_case(name: str) -> pd.DataFrame:
 
         return load_dataset("real/speculators_qwen3.8-27b_b200_sweeps.csv")
     if name == "sim-multi":
-        from specbayes.model import simulate_sweeps
+        from specbayes.model_next.simulate import simulate_sweeps
 
         df, _ = simulate_sweeps(
             verifiers={"A": 8e9, "B": 14e9, "C": 32e9},
             hardware=("H100", "B200"),
-            drafters={"D1": 1e9, "D2": 0.5e9},
+            drafters=(("D1", 1e9), ("D2", 0.5e9)),
             seed=21,
         )
         return df
     if name == "sim-paper":
-        from specbayes.model import simulate_sweeps
+        from specbayes.model_next.simulate import simulate_sweeps
 
         cells = tuple((p, g) for p in (256, 512, 768, 1024) for g in (256, 512, 768, 1024))
         df, _ = simulate_sweeps(
@@ -116,9 +112,10 @@ def time_bayes(table, model: str, config: dict, save: Path | None = None) -> dic
     ss = f.idata.sample_stats
     s.update(
         wall_s=wall,
-        build_s=f.config["build_s"],
-        mode_s=(f.config["mode_search"] or {}).get("seconds", 0.0),
+        build_s=f.config.get("build_s", np.nan),
         compile_s=f.config.get("compile_s") or 0.0,
+        sample_s=f.config.get("sample_s", np.nan),
+        groups_s=f.config.get("groups_s", np.nan),
         ess_per_s=s["min_ess_bulk"] / wall,
         mean_steps=float(ss["n_steps"].mean()),
     )
@@ -149,8 +146,6 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=None)
     parser.add_argument("--tune", type=int, default=None)
     parser.add_argument("--chains", type=int, default=None)
-    parser.add_argument("--target-accept", type=float, default=None)
-    parser.add_argument("--start", choices=("auto", "least_squares", "mode"), default=None)
     parser.add_argument("--write", action="store_true", help="append to benchmarks/fit_speed.md")
     parser.add_argument("--save-dir", type=Path, default=None, help="save each fit here (netCDF)")
     args = parser.parse_args()
@@ -160,8 +155,6 @@ def main() -> None:
         ("draws", args.draws),
         ("tune", args.tune),
         ("chains", args.chains),
-        ("target_accept", args.target_accept),
-        ("start", args.start),
     )
     config = {k: v for k, v in given if v is not None}
     lines = []
@@ -191,8 +184,9 @@ def main() -> None:
             for k in (
                 "wall_s",
                 "build_s",
-                "mode_s",
                 "compile_s",
+                "sample_s",
+                "groups_s",
                 "ess_per_s",
                 "min_ess_bulk",
                 "max_r_hat",
@@ -215,16 +209,16 @@ def main() -> None:
         print(json.dumps(result, default=str))
         lines.append(
             f"| {case} | {args.model} | {result['rows']} | {len(runs)} | "
-            f"{med['wall_s']:.1f} | {med['build_s']:.1f} | {med['mode_s']:.1f} | "
-            f"{med['compile_s']:.1f} | {cf_med:.2f} | "
+            f"{med['wall_s']:.1f} | {med['build_s']:.1f} | {med['compile_s']:.1f} | "
+            f"{med['sample_s']:.1f} | {med['groups_s']:.1f} | {cf_med:.2f} | "
             f"{result['ratio_to_curve_fit']:.1f}× | {med['min_ess_bulk']:.0f} | "
             f"{med['ess_per_s']:.1f} | {med['max_r_hat']:.3f} | {result['divergences']} | "
             f"{med['mean_steps']:.1f} | {result['healthy']} | {result['config']} |"
         )
     header = (
-        "| case | model | rows | runs | bayes wall s (median) | of which start s | "
-        "of which mode s | of which compile s | curve_fit s | ratio | min bulk ESS | ESS/s | "
-        "max R-hat | divergences | steps/draw | healthy | sampler_config |\n|" + "---|" * 17
+        "| case | model | rows | runs | bayes wall s (median) | build s | compile s | "
+        "sample s | groups s | curve_fit s | ratio | min bulk ESS | ESS/s | "
+        "max R-hat | divergences | steps/draw | healthy | sampler_config |\n|" + "---|" * 18
     )
     stamp = (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, "

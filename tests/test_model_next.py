@@ -65,8 +65,10 @@ def test_pooled_design_dims(demo_subset):
     design = build_design(demo_subset)
     assert design.structure == "pooled"
     model = build_model(design)
-    assert model.named_vars_to_dims["log_coef"] == ("unit", "coef")
+    assert model.named_vars_to_dims["log_coef"] == ("unit", "coef_v")
+    assert model.named_vars_to_dims["log_coef_draft"] == ("draft_unit", "coef_d")
     assert len(model.coords["unit"]) == 2 and len(model.coords["coef"]) == 6
+    assert len(model.coords["draft_unit"]) == 2 and len(model.coords["draft_group"]) == 1
     # every configuration is one sweep: the synchronous point joins its open-loop rates
     assert (
         len(model.coords["sweep"])
@@ -160,12 +162,45 @@ def test_group_level_prior_from_the_roofline(demo_subset):
     pr = merge_priors()
     design = build_design(demo_subset)
     _, centre = trend_covariates(*_unit_workload(design), design.coords["coef"])
-    loc, scale = group_level_prior(design, pr, centre)
+    prior = group_level_prior(design, pr, centre)
+    (loc, scale), (loc_d, scale_d, relative) = prior["verifier"], prior["drafter"]
     expect = roofline_centres("Llama-3.1-8B", "H100-SXM", "EAGLE3-Llama-3.1-8B", 506.0, 1024.0)
     assert loc[0, 1] == pytest.approx(np.log(expect["c1v"]), abs=0.05)
+    assert loc_d[0, 0] == pytest.approx(np.log(expect["c1d"]), abs=0.05)
     assert (scale == pr["coef_mu_roofline_sigma"]).all()
+    assert (scale_d == pr["coef_mu_roofline_sigma"]).all() and not relative.any()
 
     renamed = demo_subset.data.assign(verifier="my-own-8b")
     other = build_design(type(demo_subset)(renamed, demo_subset.excluded))
-    loc, scale = group_level_prior(other, pr, centre)
+    prior = group_level_prior(other, pr, centre)
+    (loc, scale), (loc_d, scale_d, relative) = prior["verifier"], prior["drafter"]
     assert loc[0, 0] == pr["coef_mu"]["c1p"]["mu"] and (scale == 2.0).all()
+    # an unknown drafter's costs: a ratio of the verifier's (drafter_ratio)
+    assert relative.all()
+
+
+def test_several_drafters_per_workload_pooled():
+    """Two drafters on one verifier's cells: each has its own drafter coefficients (draft
+    units and groups), a latent alpha per (cell, drafter), and the graph is the law."""
+    from specbayes.model_next.simulate import simulate_sweeps
+
+    df, truth = simulate_sweeps(
+        drafters=(("EAGLE3-8B", 0.25e9), ("Draft-1B", 1e9)), unknown_alpha=True, seed=2
+    )
+    assert set(truth["drafter"]) == {"EAGLE3-8B", "Draft-1B"} and len(truth) == 8
+    design = build_design(validate_sweeps(df, allow_unknown_alpha=True))
+    assert design.structure == "pooled"
+    assert design.coords["draft_group"] == ["V8B|H100|Draft-1B", "V8B|H100|EAGLE3-8B"]
+    assert len(design.coords["draft_unit"]) == 8 == len(design.coords["draft_latent"])
+    # every SD sweep points at the draft unit of its own cell and drafter
+    sweeps = design.extra["sweeps"]
+    labels = np.array(design.coords["draft_unit"])[design.sweep_draft[design.sd]]
+    expect = (sweeps["unit"] + "|" + sweeps["drafter"]).to_numpy()[design.sd]
+    assert (labels == expect).all() and (design.sweep_draft[design.k == 0] == -1).all()
+    model = build_model(design)
+    assert model.named_vars_to_dims["alpha"] == ("draft_latent",)
+    mu, lc1, lc2 = _evaluate(model, ["mu", "log_c1", "log_c2"], 2)
+    c1, c2 = np.exp(lc1[:, design.obs_sweep]), np.exp(lc2[:, design.obs_sweep])
+    np.testing.assert_allclose(mu, np.log(laws.latency(design.load, c1, c2)), rtol=1e-10)
+    pp = pm.sample_prior_predictive(100, model=model, random_seed=3)
+    assert np.isfinite(pp.prior_predictive["log_latency"].values).all()

@@ -67,7 +67,19 @@ def anchored():
     return mock_fit(small_sweeps.real_case("HumanEval", "dspark").table)
 
 
-@pytest.mark.parametrize("name", ["pooled", "anchored"])
+@pytest.fixture(scope="module")
+def two_drafters():
+    """One verifier, an EAGLE-3-sized head and a 1B draft model, three k each, four cells,
+    alpha unknown (simulated from the model): the pooled structure with draft units."""
+    from specbayes.model_next.simulate import simulate_sweeps
+
+    df, _ = simulate_sweeps(
+        drafters=(("EAGLE3-8B", 0.25e9), ("Draft-1B", 1e9)), unknown_alpha=True, seed=2
+    )
+    return mock_fit(validate_sweeps(df, allow_unknown_alpha=True))
+
+
+@pytest.mark.parametrize("name", ["pooled", "anchored", "two_drafters"])
 def test_one_density(name, request):
     """mean_latency and log_likelihood of the fitted rows are the graph's mu and the stored
     log_likelihood group, draw by draw; the predictive group is finite."""
@@ -97,6 +109,58 @@ def test_unseen_cell_from_the_hierarchy(pooled):
     # measured rows keep their configuration's C2 below the wall of their fastest rate
     lat = pooled.mean_latency(rows, measured=True).values
     assert np.isfinite(lat).all()
+
+
+def test_each_drafter_has_its_own_coefficients_and_alpha(two_drafters):
+    """Rows of one cell with two drafters share the verifier's draws and take each drafter's
+    own c1d, c2d and latent alpha; an unseen cell does the same from the group levels."""
+    fit = two_drafters
+    post = fit.idata.posterior.stack(sample=("chain", "draw"))
+    rows = pd.DataFrame(
+        dict(verifier="V8B", hardware="H100", prefill=512.0, decode=512.0, k=3, rps=0.1,
+             drafter=["EAGLE3-8B", "Draft-1B"])
+    )  # fmt: skip
+    for cell in ("512x512", "768x384"):  # fitted, unseen
+        coefs = fit.coefficients(rows.assign(cell=cell))
+        for c in ("c1p", "c1v", "c2p", "c2v"):
+            np.testing.assert_array_equal(coefs[c].values[:, 0], coefs[c].values[:, 1])
+        assert (coefs["c1d"].values[:, 0] != coefs["c1d"].values[:, 1]).all()
+    j = fit.design.coords["draft_unit"].index("V8B|H100|512x512|Draft-1B")
+    coefs = fit.coefficients(rows.assign(cell="512x512"))
+    np.testing.assert_allclose(
+        np.log(coefs["c2d"].values[:, 1]), post["log_coef_draft"].values[j, 1], rtol=1e-12
+    )
+    a = fit.alpha_draws("V8B", "Draft-1B", "512x512")
+    np.testing.assert_array_equal(
+        a, post["alpha"].sel(draft_latent=fit.design.coords["draft_unit"][j]).values
+    )
+    assert fit.alpha_from_prior() == [] and fit.summary()["alpha_from_prior"] == []
+    with pytest.raises(ValueError, match="fitted with drafters"):
+        fit.coefficients(rows.assign(cell="512x512", drafter=""))
+
+
+def test_planner_compares_drafters(two_drafters):
+    """plan.compare of two drafters' arms on one workload and plan.optimal_k per drafter."""
+    eagle = plan.Arm("V8B", "H100", 512, 512, drafter="EAGLE3-8B", cell="512x512", k=3)
+    draft = plan.Arm("V8B", "H100", 512, 512, drafter="Draft-1B", cell="512x512", k=3)
+    out = plan.compare(two_drafters, eagle, draft, rps=[0.01, 0.05])
+    assert out["speedup"]["median"].notna().all() and len(out["saturation"]) == 2
+    for arm in (eagle, draft):
+        table = plan.optimal_k(two_drafters, arm, alphas=[0.7], rps=[0.01], ks=(0, 1, 3, 5))
+        assert table["k_bayes"].isin([0, 1, 3, 5]).all()
+
+
+def test_one_k_leaves_alpha_to_the_prior():
+    """A drafter swept at one k on a workload: its alpha rests on the prior, and the summary
+    says which (workload, drafter)."""
+    from specbayes.model_next.simulate import simulate_sweeps
+
+    df, _ = simulate_sweeps(ks=(3,), unknown_alpha=True, cells=((256, 256), (512, 512)), seed=1)
+    fit = mock_fit(validate_sweeps(df, allow_unknown_alpha=True), draws=5)
+    assert fit.alpha_from_prior() == ["V8B|H100|256x256|D1B", "V8B|H100|512x512|D1B"]
+    from specbayes.commands.fit import format_summary
+
+    assert "alpha rests on its prior for 2" in format_summary(fit.summary())
 
 
 def test_anchored_refuses_unseen_cells(anchored):

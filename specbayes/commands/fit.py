@@ -74,6 +74,15 @@ def format_summary(summary: dict) -> str:
             "not in the catalog: " + ", ".join(summary["uncatalogued"]) + " — generic priors "
             "for their coefficients (models/README.md says how to describe one)"
         )
+    prior_only = summary.get("alpha_from_prior") or []
+    if prior_only:
+        shown = ", ".join(prior_only[:3]) + (
+            f" and {len(prior_only) - 3} more" if len(prior_only) > 3 else ""
+        )
+        lines.append(
+            f"alpha rests on its prior for {len(prior_only)} (workload|drafter) swept at one "
+            f"draft length k: {shown} — sweep two or more k of a drafter to identify it"
+        )
     measured = summary.get("alpha_measured") or {}
     if measured:
         widest = max(hi - lo for _, lo, hi in measured.values())

@@ -11,6 +11,12 @@ Indices
     one (verifier, hardware, cell): the verifier coefficients of one workload.
 ``group``
     one (verifier, hardware): what the pooled structure shares across cells.
+``draft_unit``, ``draft_group``
+    one (verifier, hardware, cell, drafter) and one (verifier, hardware, drafter): the
+    drafter's coefficients :math:`c_{1d}, c_{2d}` of one workload and their pooled level —
+    each drafter of a verifier has its own (an EAGLE-3 head and a small draft model on the
+    same verifier cost different amounts per draft token); where a workload's SD rows carry
+    no acceptance, its latent alpha is one per draft unit.
 
 Structure (what the data identify decides what is sampled)
 ----------------------------------------------------------
@@ -20,9 +26,10 @@ Structure (what the data identify decides what is sampled)
     unknown) are derived from them plus prior-only positions: no coefficient is sampled
     against a ridge the data cannot resolve.
 ``pooled``
-    Anything else (several draft lengths or acceptances per drafter, several cells): the
-    coefficients are over-determined, so they are sampled (with the hierarchy over cells)
-    and each sweep's costs deviate from the cycle decomposition by a learned ``tau``.
+    Anything else (several draft lengths or acceptances per drafter, several cells, several
+    drafters per workload): the coefficients are over-determined, so they are sampled (with
+    the hierarchy over cells) and each sweep's costs deviate from the cycle decomposition by
+    a learned ``tau``.
 """
 
 from __future__ import annotations
@@ -51,9 +58,10 @@ class Design:
     ``log_latency``. Per sweep: ``sweep_unit``, ``k``, ``alpha`` (NaN where unknown or dense),
     ``decode``, ``prefill``, ``closed`` (all rows closed loop), ``log_wall``
     (:math:`-\log\lambda_\max` over its
-    open-loop rows, ``inf`` if none: the upper bound of :math:`\log C_2`), ``drafter``. Per
-    unit: ``unit_group``,
-    ``unit_dense`` (its dense sweep, or -1). ``sd`` lists the SD sweeps; ``coords`` the PyMC
+    open-loop rows, ``inf`` if none: the upper bound of :math:`\log C_2`), ``drafter``,
+    ``sweep_draft`` (its draft unit, -1 for dense sweeps). Per unit: ``unit_group``,
+    ``unit_dense`` (its dense sweep, or -1). Per draft unit: ``draft_unit_of`` (its unit),
+    ``draft_group_of`` (its draft group). ``sd`` lists the SD sweeps; ``coords`` the PyMC
     coordinates.
     """
 
@@ -76,6 +84,9 @@ class Design:
     unit_group: np.ndarray
     unit_dense: np.ndarray
     sd: np.ndarray
+    sweep_draft: np.ndarray
+    draft_unit_of: np.ndarray
+    draft_group_of: np.ndarray
     extra: dict = field(default_factory=dict)
 
     @property
@@ -173,25 +184,17 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
     load = np.where(obs_closed, data["concurrency"], data["rps"]).astype(float)
     sd = np.flatnonzero(~is_dense)
     alpha = sweeps["alpha"].to_numpy(float)
-    per_unit = sweeps.iloc[sd].groupby("unit")["drafter"].nunique()
-    if structure == "pooled" and (per_unit > 1).any():
-        raise NotImplementedError(
-            "pooled structure with several drafters per workload is not built yet: "
-            f"{list(per_unit.index[per_unit > 1])}"
-        )
-    # pooled: a workload has one acceptance rate, latent where its SD rows carry none
-    unknown_sd = sd[np.isnan(alpha[sd])]
-    latent_units = sorted({units[u] for u in sweep_unit[unknown_sd]})
-    sweep_latent = np.full(len(sweeps), -1)
-    sweep_latent[unknown_sd] = [latent_units.index(units[u]) for u in sweep_unit[unknown_sd]]
+    drafts = _draft_units(sweeps, sd, units)
     coords = {
         "obs": np.arange(len(data)),
         "sweep": list(sweeps.index),
         "sd_sweep": list(sweeps.index[sd]),
         "sd_unknown": list(sweeps.index[sd][np.isnan(alpha[sd])]),
-        "unit_latent": latent_units,
         "unit": units,
         "group": groups,
+        "draft_unit": drafts["units"],
+        "draft_group": drafts["groups"],
+        "draft_latent": drafts["latent"],
         "cell": units,  # one unit per cell within a group; the label carries verifier|hw
         "coef": list(COEFS if level == "sd" else VERIFIER_COEFS),
         "coef_t": [c for c in TRENDED if level == "sd" or c in VERIFIER_COEFS],
@@ -219,11 +222,43 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
         unit_group=unit_group,
         unit_dense=unit_dense,
         sd=sd,
-        extra={"sweeps": sweeps, "sweep_latent": sweep_latent},
+        sweep_draft=drafts["sweep_draft"],
+        draft_unit_of=drafts["unit_of"],
+        draft_group_of=drafts["group_of"],
+        extra={"sweeps": sweeps, "sweep_latent": drafts["sweep_latent"]},
     )
     if structure == "anchored":
         _check_anchored(design)
     return design
+
+
+def _draft_units(sweeps: pd.DataFrame, sd: np.ndarray, units: list) -> dict:
+    """Draft units (unit|drafter) and draft groups (group|drafter) of the SD sweeps, their
+    indices, and the draft units whose alpha is latent (SD sweeps without one)."""
+    spec = sweeps.iloc[sd]
+    unit_label = (spec["unit"] + "|" + spec["drafter"]).to_numpy()
+    group_label = (spec["group"] + "|" + spec["drafter"]).to_numpy()
+    draft_units = sorted(set(unit_label))
+    draft_groups = sorted(set(group_label))
+    sweep_draft = np.full(len(sweeps), -1)
+    sweep_draft[sd] = pd.Index(draft_units).get_indexer(unit_label)
+    first = pd.Series(range(len(sd))).groupby(sweep_draft[sd]).first().to_numpy(int)
+    unit_of = pd.Index(units).get_indexer(spec["unit"].to_numpy()[first])
+    group_of = pd.Index(draft_groups).get_indexer(group_label[first])
+    unknown = sd[spec["alpha"].isna().to_numpy()]
+    latent = sorted({draft_units[sweep_draft[s]] for s in unknown})
+    sweep_latent = np.full(len(sweeps), -1)
+    labels = [draft_units[sweep_draft[s]] for s in unknown]
+    sweep_latent[unknown] = pd.Index(latent).get_indexer(labels)
+    return {
+        "units": draft_units,
+        "groups": draft_groups,
+        "latent": latent,
+        "sweep_draft": sweep_draft,
+        "unit_of": unit_of,
+        "group_of": group_of,
+        "sweep_latent": sweep_latent,
+    }
 
 
 def _check_anchored(design: Design) -> None:

@@ -81,22 +81,27 @@ def fit_next(
         :data:`~specbayes.model_next.sampling.SAMPLER_OPTIONS` over the one default
         configuration: fewer draws for a quick look, ``cores``, or ``sampler="numpyro"``.
     """
+    options = check_options(sampler_options)
+    t0 = time.perf_counter()
     table = prepare_table(sweeps, level)
     design = build_design(table, level, structure)
     model = build_model(design, priors)
-    t0 = time.perf_counter()
-    options = check_options(sampler_options)
+    t1 = time.perf_counter()
     idata, timing = sample(model, seed, progress=progress, **options)
     config = {
         "level": level,
         "structure": design.structure,
         "priors": _jsonable_priors(priors or {}),
         "sampler_config": {**SAMPLER_CONFIG, "sampler": "nutpie", **options, "seed": seed},
-        "wall_s": time.perf_counter() - t0,
+        "build_s": t1 - t0,
         **timing,
     }
     result = NextFit(idata, design, excluded=table.excluded, config=config, model=model)
+    t2 = time.perf_counter()
     result._attach_groups()
+    # wall: validation, design, model, compile, sampling and the stored groups
+    config.update(groups_s=time.perf_counter() - t2, wall_s=time.perf_counter() - t0)
+    result._stamp_config()
     return result
 
 
@@ -179,6 +184,18 @@ class NextFit:
     def alpha_inferred(self) -> bool:
         return bool(len(self.design.coords["sd_unknown"]))
 
+    def alpha_from_prior(self) -> list[str]:
+        """(verifier|hardware|cell|drafter) whose latent alpha rests on one draft length k.
+
+        Several k of one drafter on one workload identify its alpha through the k-dependence
+        of :math:`E(\alpha, k)`; with one k, alpha trades off against the drafter's cost per
+        draft token, and its prior (with the cost bounds) places it."""
+        d = self.design
+        sd = d.sd[~np.isfinite(d.alpha[d.sd])]
+        labels = np.array(d.coords["draft_unit"], dtype=object)[d.sweep_draft[sd]]
+        ks = pd.Series(d.k[sd]).groupby(labels).nunique()
+        return sorted(ks.index[ks < 2])
+
     def measured_alpha(self) -> pd.DataFrame:
         """SD sweeps whose alpha varies along the sweep (measured per point): the mean the fit
         uses (``alpha``), ``alpha_min``, ``alpha_max`` and ``rows``, indexed by sweep."""
@@ -237,13 +254,26 @@ class NextFit:
         rows["_unit"] = rows["verifier"] + "|" + rows["hardware"] + "|" + rows["cell"]
         return rows
 
-    def _check_drafter(self, where: str, units: list[int], drafter: str) -> None:
-        """The pooled structure has one drafter per workload: ``drafter`` must be it."""
-        d = self.design
-        fitted = sorted({d.drafter[s] for s in d.sd if d.sweep_unit[s] in units})
-        if drafter not in fitted and not (drafter == "" and len(fitted) == 1):
-            have = f"fitted with {fitted}" if fitted else "fitted without SD sweeps"
-            raise ValueError(f"{where}: {have}, not with drafter {drafter!r}")
+    def _draft_unit(self, unit_label: str, drafter: str, fitted: list[str]) -> str:
+        """The draft unit ``unit_label|drafter`` (``drafter`` "" means the one fitted drafter).
+
+        Raises
+        ------
+        ValueError
+            ``drafter`` is not among ``fitted``, or "" with several fitted.
+        """
+        if drafter == "" and len(fitted) == 1:
+            drafter = fitted[0]
+        if drafter not in fitted:
+            have = f"fitted with drafters {fitted}" if fitted else "fitted without SD sweeps"
+            raise ValueError(f"{unit_label}: {have}, not with drafter {drafter!r}")
+        return f"{unit_label}|{drafter}"
+
+    def _fitted_drafters(self, label: str, of: str = "draft_unit") -> list[str]:
+        """Drafters fitted on a unit (``of="draft_unit"``) or a group (``"draft_group"``)."""
+        prefix = label + "|"
+        names = self.design.coords[of]
+        return sorted({n[len(prefix) :] for n in names if n.startswith(prefix)})
 
     # -- coefficients -------------------------------------------------------------------------
     def coefficients(self, rows: pd.DataFrame, seed: int | None = None) -> xr.Dataset:
@@ -278,14 +308,15 @@ class NextFit:
     def _unit_coefficients(self, unit: int, row: pd.Series) -> np.ndarray:
         """(sample, coef) draws of one fitted unit's coefficients for ``row``'s drafter."""
         d, post = self.design, self._post()
-        if d.structure == "pooled":
-            c = np.exp(post["log_coef"].values[:, unit, :])
-            full = np.zeros((c.shape[0], len(COEFS)))
-            full[:, [COEFS.index(x) for x in d.coords["coef"]]] = c
-            if row["k"] > 0:
-                self._check_drafter(d.coords["unit"][unit], [unit], row["drafter"])
-            return full
         full = np.zeros((self._n(), len(COEFS)))
+        if d.structure == "pooled":
+            full[:, [0, 1, 3, 4]] = np.exp(post["log_coef"].values[:, unit, :])
+            if row["k"] > 0:
+                label = d.coords["unit"][unit]
+                du = self._draft_unit(label, row["drafter"], self._fitted_drafters(label))
+                j = d.coords["draft_unit"].index(du)
+                full[:, [2, 5]] = np.exp(post["log_coef_draft"].values[:, j, :])
+            return full
         verifier = post["unit_coef"].values[:, unit, :]  # c1p, c1v, c2p, c2v
         full[:, [0, 1, 3, 4]] = verifier
         if row["k"] > 0:
@@ -305,8 +336,10 @@ class NextFit:
         return self._post()["coefficients"].values[:, named[0], :][:, [2, 5]]
 
     def _new_cell_coefficients(self, rows: pd.DataFrame, seed: int | None) -> np.ndarray:
-        """(sample, row, coef) draws for rows of cells the fit never saw (pooled only)."""
-        d, post = self.design, self._post()
+        """(sample, row, coef) draws for rows of cells the fit never saw (pooled only): the
+        verifier coefficients from their group's level, the drafter's from its (verifier,
+        hardware, drafter) level, each with its trend and a fresh cell deviation."""
+        d = self.design
         groups = d.coords["group"]
         group_of = (rows["verifier"] + "|" + rows["hardware"]).to_numpy()
         unknown = sorted(set(group_of) - set(groups))
@@ -321,30 +354,46 @@ class NextFit:
                 f"{cells}: cells this fit never saw — an anchored fit (one workload per "
                 "verifier and GPU) has no cell trend; measure the cell or fit several cells"
             )
-        spec = (rows["k"] > 0).to_numpy()
-        for g, drafter in set(zip(group_of[spec], rows.loc[spec, "drafter"], strict=True)):
-            members = list(np.flatnonzero(d.unit_group == groups.index(g)))
-            self._check_drafter(g, members, drafter)
+        rng = np.random.default_rng([self.seed if seed is None else seed, 11])
+        full = np.zeros((self._n(), len(rows), len(COEFS)))
+        verifier = self._new_level(rows["_unit"], rows, group_of, "verifier", rng)
+        full[..., [0, 1, 3, 4]] = verifier
+        spec = np.flatnonzero((rows["k"] > 0).to_numpy())
+        if len(spec):
+            sub = rows.iloc[spec]
+            draft_group = [
+                self._draft_unit(g, r, self._fitted_drafters(g, "draft_group"))
+                for g, r in zip(group_of[spec], sub["drafter"], strict=True)
+            ]
+            names = pd.Series([x.rsplit("|", 1)[1] for x in draft_group], index=sub.index)
+            draws = self._new_level(sub["_unit"] + "|" + names, sub, draft_group, "drafter", rng)
+            full[:, spec, 2], full[:, spec, 5] = draws[..., 0], draws[..., 1]
+        return full
+
+    def _new_level(self, keys: pd.Series, rows: pd.DataFrame, group_of, part: str, rng):
+        """(sample, row, coef) of the ``part`` coefficients of new cells keyed by ``keys``:
+        :func:`~specbayes.model_next.hierarchy.log_coefficients` of the fitted group level
+        (``coef_mu`` or ``coef_mu_draft``), trend and a fresh cell deviation."""
+        d, post = self.design, self._post()
+        names = d.coords["coef_v" if part == "verifier" else "coef_d"]
         coefs = d.coords["coef"]
-        new_units = sorted(set(rows["_unit"]))
-        unit_rows = rows.groupby("_unit")[["prefill", "decode"]].mean().loc[new_units]
+        group_names = d.coords["group" if part == "verifier" else "draft_group"]
+        mu = post["coef_mu" if part == "verifier" else "coef_mu_draft"].values
+        new = sorted(set(keys))
+        first = rows.groupby(keys.to_numpy())[["prefill", "decode"]].mean().loc[new]
         _, centre = trend_covariates(*_unit_workload(d), coefs)
-        trend, _ = trend_covariates(unit_rows["prefill"], unit_rows["decode"], coefs, centre)
+        trend, _ = trend_covariates(first["prefill"], first["decode"], coefs, centre)
+        cols = [coefs.index(c) for c in names]
         n = self._n()
         share = np.zeros((n, len(coefs)))
         share[:, [coefs.index(c) for c in d.coords["coef_t"]]] = post["trend"].values
         cell_sd = np.zeros((n, len(coefs)))
         cell_sd[:, [coefs.index(c) for c in post["coef_c"].values]] = post["cell_sd"].values
-        rng = np.random.default_rng([self.seed if seed is None else seed, 11])
-        z = rng.standard_normal((n, len(new_units), len(coefs)))
-        group = np.array([groups.index(u.rsplit("|", 1)[0]) for u in new_units])
-        log_c = log_coefficients(
-            post["coef_mu"].values, share, cell_sd, z, group, trend
-        )  # (sample, new unit, coef)
-        idx = pd.Index(new_units).get_indexer(rows["_unit"])
-        full = np.zeros((n, len(rows), len(COEFS)))
-        full[..., [COEFS.index(c) for c in coefs]] = np.exp(log_c[:, idx, :])
-        return full
+        z = rng.standard_normal((n, len(new), len(names)))
+        group_by_key = pd.Series(group_of, index=keys.to_numpy()).groupby(level=0).first()
+        group = np.array([group_names.index(group_by_key[k]) for k in new])
+        log_c = log_coefficients(mu, share[:, cols], cell_sd[:, cols], z, group, trend[:, cols])
+        return np.exp(log_c[:, pd.Index(new).get_indexer(keys), :])
 
     # -- costs and latency --------------------------------------------------------------------
     def _alpha(self, rows: pd.DataFrame) -> np.ndarray:
@@ -463,9 +512,9 @@ class NextFit:
     def alpha_draws(
         self, verifier: str, drafter: str, cell: str, hardware: str | None = None
     ) -> np.ndarray:
-        """Draws of the inferred alpha of (verifier, drafter, cell): pooled, the workload's
-        latent ``alpha``; anchored, from the tokens per cycle :math:`E` of its SD sweep
-        (:func:`specbayes.laws.alpha_from_acceptance_length`)."""
+        """Draws of the inferred alpha of (verifier, drafter, cell): pooled, the latent
+        ``alpha`` of that workload and drafter; anchored, from the tokens per cycle :math:`E`
+        of its SD sweep (:func:`specbayes.laws.alpha_from_acceptance_length`)."""
         d = self.design
         sweeps = d.extra["sweeps"].iloc[d.sd]
         unknown = ~np.isfinite(d.alpha[d.sd])
@@ -485,7 +534,7 @@ class NextFit:
                 f"inferred: {sorted(set(have))}"
             )
         if d.structure == "pooled":
-            j = d.coords["unit_latent"].index(units.pop())
+            j = d.coords["draft_latent"].index(f"{units.pop()}|{drafter}")
             return np.asarray(self._post()["alpha"].values[:, j], float)
         i = int(np.flatnonzero(match)[0])
         tokens = self._post()["tokens_per_cycle"].values[:, i]
@@ -514,6 +563,7 @@ class NextFit:
                 for sweep, r in self.measured_alpha().iterrows()
             },
             "uncatalogued": self.uncatalogued,
+            "alpha_from_prior": self.alpha_from_prior(),
             "sampler_config": dict(self.config["sampler_config"]),
         }
 
@@ -570,6 +620,11 @@ class NextFit:
             "config": _strict_json(self.config),
         }
         finish_fit_artefact(self.idata, groups, attrs, "nutpie")
+
+    def _stamp_config(self) -> None:
+        from specbayes.fit import _strict_json
+
+        self.idata.attrs["config"] = _strict_json(self.config)
 
     def save(self, path: str | Path) -> Path:
         """Write the artefact (one netCDF file)."""

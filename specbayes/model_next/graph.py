@@ -28,6 +28,7 @@ outside the prior's support, not a NaN.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 from pymc.logprob.transforms import Transform
@@ -244,15 +245,19 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
         \log C_{2s} \sim \mathcal N_{(-\infty, -\log\lambda_{\max,s})}
         (\log C_{2s}^{\mathrm{eff}}, \tau_2)
 
-    with :math:`\mu` centred at the group's roofline magnitudes where the catalog knows it
-    (:func:`~specbayes.model_next.priors.group_level_prior`), :math:`\tau_1` learned and
-    :math:`\tau_2` a fixed jitter; the sweep deviations are sampled non-centred
-    (:func:`_sweep_level`).
+    The verifier coefficients :math:`c_{1p}, c_{1v}, c_{2p}, c_{2v}` live on units
+    (verifier, hardware, cell) with group levels per (verifier, hardware); the drafter
+    coefficients :math:`c_{1d}, c_{2d}` on draft units (one more index: the drafter) with
+    group levels per (verifier, hardware, drafter) — several drafters of one verifier each
+    have their own, pooled across its cells by the same trend shares :math:`w` and cell
+    scales :math:`s`. :math:`\mu` is centred at the roofline magnitudes where the catalog
+    knows the verifier, GPU and drafter (:func:`~specbayes.model_next.priors.group_level_prior`),
+    :math:`\tau_1` learned and :math:`\tau_2` a fixed jitter; the sweep deviations are sampled
+    non-centred (:func:`_sweep_level`).
     """
     coefs = design.coords["coef"]
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
-    mu_loc, mu_sd = group_level_prior(design, pr, centre)
-    mu = _group_levels(design, pr, mu_loc, mu_sd)
+    prior = group_level_prior(design, pr, centre)
     # the share of each trended coefficient that grows with its cell covariate
     share_logit = pm.Normal("trend_logit", **pr["trend"], dims="coef_t")
     share_t = pm.Deterministic("trend", pm.math.sigmoid(share_logit), dims="coef_t")
@@ -261,25 +266,34 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     # of C1 — its cells follow the prefill trend alone)
     deviating = [c for c in coefs if c in pr["cell_coefs"]]
     pm.Model.get_context().add_coord("coef_c", deviating)
-    cols = [coefs.index(c) for c in deviating]
     cell_sd = pm.Gamma("cell_sd", **pr["cell_sd"], dims="coef_c")
-    if pr["centred_cells"]:  # data-rich cells: the deviation itself is the sampled axis
-        dev = pm.Normal("cell_dev", 0.0, cell_sd, dims=("unit", "coef_c"))
-        scale = 1.0
-    else:
-        dev = pm.Normal("cell_z", 0.0, 1.0, dims=("unit", "coef_c"))
-        scale = _scatter(cell_sd, cols, len(coefs))
-    dev = pt.set_subtensor(pt.zeros((len(design.coords["unit"]), len(coefs)))[:, cols], dev)
-    log_c = pm.Deterministic(
+    cell_sd = _scatter(cell_sd, [coefs.index(c) for c in deviating], len(coefs))
+    parts = {"verifier": design.coords["coef_v"], "drafter": design.coords["coef_d"]}
+    cols = {part: [coefs.index(c) for c in names if c in coefs] for part, names in parts.items()}
+
+    mu_v = _group_levels(design, pr, *prior["verifier"])
+    log_cv = pm.Deterministic(
         "log_coef",
-        log_coefficients(mu, share, scale, dev, design.unit_group, trend),
-        dims=("unit", "coef"),
-    )
-    c = pt.exp(log_c)[design.sweep_unit]
-    full = {name: c[:, i] for i, name in enumerate(coefs)}
+        _cell_level(pr, "unit", design.coords["coef_v"], mu_v, design.unit_group,
+                    trend[:, cols["verifier"]], share[cols["verifier"]],
+                    cell_sd[cols["verifier"]]),
+        dims=("unit", "coef_v"),
+    )  # fmt: skip
+    c_v = pt.exp(log_cv)[design.sweep_unit]
+    c_d = pt.zeros((len(design.k), 2))
+    if design.coords["draft_unit"] and design.level == "sd":
+        mu_d = _drafter_levels(design, pr, mu_v, *prior["drafter"])
+        log_cd = pm.Deterministic(
+            "log_coef_draft",
+            _cell_level(pr, "draft_unit", design.coords["coef_d"], mu_d, design.draft_group_of,
+                        trend[design.draft_unit_of][:, cols["drafter"]],
+                        share[cols["drafter"]], cell_sd[cols["drafter"]]),
+            dims=("draft_unit", "coef_d"),
+        )  # fmt: skip
+        # dense sweeps take any draft unit's values: k = 0 multiplies them by nothing
+        c_d = pt.exp(log_cd)[np.maximum(design.sweep_draft, 0)]
     c1_eff, c2_eff = laws.effective_costs(
-        full["c1p"], full["c1v"], full.get("c1d", 0.0),
-        full["c2p"], full["c2v"], full.get("c2d", 0.0),
+        c_v[:, 0], c_v[:, 1], c_d[:, 0], c_v[:, 2], c_v[:, 3], c_d[:, 1],
         design.decode, _sweep_alpha(design, pr), design.k,
     )  # fmt: skip
     # C1's deviation scale is learned; C2's is a fixed jitter (priors: ``c2_jitter``)
@@ -291,31 +305,108 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     return log_c1, log_c2
 
 
+def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.ndarray):
+    r"""Group log drafter coefficients per (verifier, hardware, drafter), ``coef_mu_draft``.
+
+    Where the catalog knows the drafter: :math:`\mathcal N(\text{loc}, \text{scale})` around
+    its roofline magnitude. Elsewhere relative to the verifier's level on that GPU,
+    :math:`\mu_{c_{jd}} = \mu_{c_{jv}} + \log\rho_j` with the cost ratio
+    :math:`\rho_j \sim \mathrm{Gamma}` (``drafter_ratio``): zero-avoiding, because the rows
+    stop constraining a drafter's cost once it adds little to a pass while every workload's
+    latent alpha can follow it down — on the log axis an unbounded ridge.
+    """
+    coef_v, groups = design.coords["coef_v"], design.coords["group"]
+    group = [groups.index(g.rsplit("|", 1)[0]) for g in design.coords["draft_group"]]
+    verifier = mu_v[group][:, [coef_v.index("c1v"), coef_v.index("c2v")]]
+    labels = [
+        f"{g}|{c}" for g in design.coords["draft_group"] for c in design.coords["coef_d"]
+    ]  # flat (draft_group, coef_d)
+    rel = np.flatnonzero(relative.ravel())
+    known = np.flatnonzero(~relative.ravel())
+    flat = pt.zeros(relative.size)
+    if len(rel):
+        pm.Model.get_context().add_coord("drafter_rel", [labels[i] for i in rel])
+        ratio = pm.Gamma("drafter_ratio", **pr["drafter_ratio"], dims="drafter_rel")
+        flat = pt.set_subtensor(flat[rel], verifier.ravel()[rel] + pt.log(ratio))
+    if len(known):
+        pm.Model.get_context().add_coord("drafter_known", [labels[i] for i in known])
+        level = pm.Normal(
+            "coef_mu_draft_roofline", loc.ravel()[known], scale.ravel()[known], dims="drafter_known"
+        )
+        flat = pt.set_subtensor(flat[known], level)
+    return pm.Deterministic(
+        "coef_mu_draft", flat.reshape(relative.shape), dims=("draft_group", "coef_d")
+    )
+
+
+def _cell_level(pr: dict, dim: str, names: list, mu, group: np.ndarray, trend, share, cell_sd):
+    r"""Log coefficients ``names`` of every ``dim`` member (a unit or a draft unit):
+    :func:`~specbayes.model_next.hierarchy.log_coefficients` of its group level ``mu``, trend
+    and — for the coefficients in ``cell_coefs`` — a cell deviation, centred (``cell_dev``,
+    the deviation itself sampled: the data pin each cell's coefficients) or not
+    (``cell_z``)."""
+    deviating = [c for c in names if c in pr["cell_coefs"]]
+    dev = pt.zeros((len(group), len(names)))
+    if not deviating:
+        return log_coefficients(mu, share, 0.0, dev, group, trend)
+    suffix = "" if dim == "unit" else "_draft"
+    coord = f"coef_c{suffix or '_unit'}"
+    pm.Model.get_context().add_coord(coord, deviating)
+    cols = [names.index(c) for c in deviating]
+    if pr["centred_cells"]:
+        z = pm.Normal(f"cell_dev{suffix}", 0.0, cell_sd[cols], dims=(dim, coord))
+        scale = 1.0
+    else:
+        z = pm.Normal(f"cell_z{suffix}", 0.0, 1.0, dims=(dim, coord))
+        scale = cell_sd
+    return log_coefficients(mu, share, scale, pt.set_subtensor(dev[:, cols], z), group, trend)
+
+
 def _sweep_alpha(design: Design, pr: dict):
-    r"""Per sweep acceptance :math:`\alpha`: given, or its workload's latent one,
-    :math:`\mathrm{logit}\,\alpha_u \sim \mathcal N` (one per unit: a workload has one
-    acceptance rate, and its sweeps at several k identify it through :math:`E(\alpha, k)`).
+    r"""Per sweep acceptance :math:`\alpha`: given, or its draft unit's latent one.
+
+    .. math::
+
+        \mathrm{logit}\,\alpha_{ud} = m_{d} + \delta_{ud}, \qquad
+        m_d \sim \mathcal N(\mu, \sigma_m), \quad \delta_{ud} \sim \mathcal N(0, \sigma_c)
+
+    one per workload :math:`u` and drafter :math:`d` (its sweeps at several k identify it
+    through :math:`E(\alpha, k)`), around a level :math:`m_d` of the drafter on that verifier
+    and GPU: a drafter's acceptance is correlated across workloads (prior correlation
+    :math:`\sigma_m^2/(\sigma_m^2 + \sigma_c^2)`). The drafter level is also the sampled axis
+    of what the rows resolve worst — every workload's alpha rising together with the
+    drafter's cost per draft token (posterior correlation 0.96–0.98 between them when each
+    alpha was its own axis: ESS 130–200, R-hat up to 1.04, ``benchmarks/model_core.md``).
     """
     given = np.where(np.isfinite(design.alpha), design.alpha, 0.5)  # dense rows: unused
-    if not design.coords["unit_latent"]:
+    latent = design.coords["draft_latent"]
+    if not latent:
         return given
-    logit = pm.Normal("alpha_logit", **pr["alpha_logit"], dims="unit_latent")
-    alpha_u = pm.Deterministic("alpha", pm.math.sigmoid(logit), dims="unit_latent")
+    units = design.coords["draft_unit"]
+    draft_group = design.draft_group_of[[units.index(u) for u in latent]]
+    groups = [design.coords["draft_group"][g] for g in sorted(set(draft_group))]
+    pm.Model.get_context().add_coord("drafter_latent", groups)
+    group_of = pd.Index(groups).get_indexer(np.array(design.coords["draft_group"])[draft_group])
+    prior = pr["alpha_logit"]
+    level = pm.Normal("alpha_level", prior["mu"], prior["sigma"], dims="drafter_latent")
+    offset = pm.Normal("alpha_offset", 0.0, prior["cell_sigma"], dims="draft_latent")
+    logit = pm.Deterministic("alpha_logit", level[group_of] + offset, dims="draft_latent")
+    alpha_u = pm.Deterministic("alpha", pm.math.sigmoid(logit), dims="draft_latent")
     idx = design.extra["sweep_latent"]
     return pt.where(idx >= 0, alpha_u[np.maximum(idx, 0)], given)
 
 
 def _group_levels(design: Design, pr: dict, loc: np.ndarray, sd: np.ndarray):
-    r"""Group log coefficients :math:`\mu_{gj} \sim \mathcal N(\text{loc}, \text{sd})`.
+    r"""Group log verifier coefficients :math:`\mu_{gj} \sim \mathcal N(\text{loc}, \text{sd})`.
 
     With ``c1p_tie`` the prompt's own prefill follows the prefill others pay,
     :math:`\mu_{g,c_{1p}} \sim \mathcal N(\mu_{g,c_{2p}} + \ell_{c_{1p}} - \ell_{c_{2p}},
     \text{tie})` (:math:`\ell` = loc; the roofline makes them equal; the rows resolve
     :math:`c_{2p}`, not :math:`c_{1p}`)."""
-    coefs = list(design.coords["coef"])
+    coefs = list(design.coords["coef_v"])
     tie = pr["c1p_tie"]
     if tie is None:
-        return pm.Normal("coef_mu", mu=loc, sigma=sd, dims=("group", "coef"))
+        return pm.Normal("coef_mu", mu=loc, sigma=sd, dims=("group", "coef_v"))
     rest = [c for c in coefs if c != "c1p"]
     pm.Model.get_context().add_coord("coef_rest", rest)
     j_rest = [coefs.index(c) for c in rest]
@@ -329,7 +420,7 @@ def _group_levels(design: Design, pr: dict, loc: np.ndarray, sd: np.ndarray):
     full = pt.zeros((len(design.coords["group"]), len(coefs)))
     full = pt.set_subtensor(full[:, j_rest], base)
     full = pt.set_subtensor(full[:, i1], c1p)
-    return pm.Deterministic("coef_mu", full, dims=("group", "coef"))
+    return pm.Deterministic("coef_mu", full, dims=("group", "coef_v"))
 
 
 def _sweep_level(name: str, loc, tau, wall: np.ndarray | None, centred: bool):

@@ -23,6 +23,17 @@ Anchored structure (a unit's costs are identified by its own sweeps)
 Pooled structure (coefficients shared across sweeps)
     ``coef_mu``
         Normal prior of each group's log coefficient (one entry per coefficient).
+    ``drafter_ratio``
+        Where the catalog does not know a drafter (or its verifier or GPU): the Gamma prior of
+        its group's cost ratios :math:`\rho_j = c_{jd}/c_{jv}` to the verifier on the same GPU
+        (mode 0.1, 90 % within 0.04–0.47: an EAGLE-3 head costs a few % of its verifier per
+        token, a draft model an eighth to a third). A drafter is a fraction of its verifier on
+        any GPU, so the ratio is what a prior can know without the catalog. Zero-avoiding: the
+        rows stop constraining a drafter's cost once it adds little to a pass, while every
+        workload's latent alpha can follow it down — under a log-normal (absolute centre, log
+        sd 2, or relative, log sd 1) that ridge ran into the prior's long left tail and mixed
+        badly (R-hat 1.02–1.04, bulk ESS 130–320 with latent alpha,
+        ``benchmarks/model_core.md``).
     ``coef_mu_roofline_sigma``
         Log sd of a group's coefficient around its roofline magnitude
         (:func:`group_level_prior`, :mod:`specbayes.model_next.physics`), used instead of the
@@ -42,7 +53,10 @@ Pooled structure (coefficients shared across sweeps)
         90 % within 0.46–0.96: mostly proportional, with a part that is not).
     ``alpha_logit``
         Normal prior of the logit of a workload's latent acceptance rate, where its SD rows
-        carry none (median 0.73; 90 % within 0.35–0.93).
+        carry none: a drafter level (``mu``, ``sigma``) per (verifier, hardware, drafter) and
+        a workload's offset from it (``cell_sigma``); marginally median 0.73, 90 % within
+        0.35–0.93 for each workload (sd 1.0 on the logit), correlation 0.64 between two
+        workloads of one drafter.
     ``cell_sd``
         Gamma scale of a cell's deviation from its group's trend (zero-avoiding: with a few
         cells per group a HalfNormal lets it sink into the funnel of the centred cells).
@@ -111,16 +125,16 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "coef_mu": {
         "c1p": {"mu": np.log(0.03), "sigma": 2.0},
         "c1v": {"mu": np.log(0.01), "sigma": 2.0},
-        "c1d": {"mu": np.log(0.002), "sigma": 2.0},
         "c2p": {"mu": np.log(0.005), "sigma": 2.0},
         "c2v": {"mu": np.log(5e-5), "sigma": 2.0},
-        "c2d": {"mu": np.log(1e-5), "sigma": 2.0},
     },
     # where the catalog knows the verifier and GPU: its roofline magnitudes, this log sd
     "coef_mu_roofline_sigma": 1.0,
+    # a drafter the catalog does not know: its costs relative to the verifier's
+    "drafter_ratio": {"alpha": 2.0, "beta": 10.0},
     "c1p_tie": 0.5,
     "trend": {"mu": 1.5, "sigma": 1.0},
-    "alpha_logit": {"mu": 1.0, "sigma": 1.0},
+    "alpha_logit": {"mu": 1.0, "sigma": 0.8, "cell_sigma": 0.6},
     "cell_sd": {"alpha": 4.0, "beta": 100.0},
     "tau": {"alpha": 2.0, "beta": 100.0},
     "c2_jitter": 0.005,
@@ -132,45 +146,73 @@ DEFAULT_PRIORS: dict[str, dict] = {
 }
 
 
-def group_level_prior(design, pr: dict, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    r"""Location and scale of each group's log coefficient, ``(group, coef)`` arrays.
+def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
+    r"""Location and scale of each group's log coefficients.
 
-    Where the catalog knows the group's verifier and GPU (and drafter, for ``c1d, c2d``), the
-    location is the log roofline magnitude of :func:`specbayes.model_next.physics.roofline_centres`
-    at the workload the group level stands for — the trend's centre, :math:`p^* = e^{\bar{\log p}}`
-    and :math:`g^* = 2(e^{\overline{\log(p + g/2)}} - p^*)` — with scale
-    ``coef_mu_roofline_sigma``; elsewhere the generic ``coef_mu`` entry.
+    Returns ``{"verifier": (loc, scale), "drafter": (loc, scale, relative)}``: ``(group,
+    coef_v)`` arrays of the verifier coefficients per (verifier, hardware) group and
+    ``(draft_group, coef_d)`` arrays of the drafter coefficients per (verifier, hardware,
+    drafter). Where the catalog knows the verifier and GPU (and the drafter, for ``c1d,
+    c2d``), the location is the log roofline magnitude of
+    :func:`specbayes.model_next.physics.roofline_centres` at the workload the group level
+    stands for — the trend's centre, :math:`p^* = e^{\bar{\log p}}` and
+    :math:`g^* = 2(e^{\overline{\log(p + g/2)}} - p^*)` — with scale
+    ``coef_mu_roofline_sigma``; elsewhere the generic ``coef_mu`` entry for the verifier and,
+    for the drafter, ``relative`` is True and ``loc`` is :math:`\log\rho` of
+    ``drafter_ratio``: an offset from the verifier's own level. A parallel drafter's
+    per-token cost depends on k: its centre is taken at the median k of its sweeps.
     """
     from specbayes.model_next.design import TRENDED
-    from specbayes.model_next.physics import roofline_centres
 
     coefs = design.coords["coef"]
-    generic_mu = np.array([pr["coef_mu"][c]["mu"] for c in coefs])
-    generic_sd = np.array([pr["coef_mu"][c]["sigma"] for c in coefs])
-    n_group = len(design.coords["group"])
-    loc, scale = np.tile(generic_mu, (n_group, 1)), np.tile(generic_sd, (n_group, 1))
     by_kind = {TRENDED.get(c): centre[j] for j, c in enumerate(coefs) if c in TRENDED}
     p_star = float(np.exp(by_kind.get("prefill", np.log(512.0))))
     kv_star = float(np.exp(by_kind.get("kv", np.log(p_star + 256.0))))
     g_star = max(2.0 * (kv_star - p_star), 1.0)
     sweeps = design.extra["sweeps"]
-    for gi, group in enumerate(design.coords["group"]):
-        mine = sweeps[(sweeps["group"] == group).to_numpy()]
-        sd = mine[mine["k"] > 0]
-        drafters = sorted(set(sd["drafter"]))
-        rows = design.data[(design.data["verifier"] + "|" + design.data["hardware"]) == group]
-        has_tp = "tp" in rows and rows["tp"].notna().any()
-        tp = int(rows["tp"].median()) if has_tp else 1
-        centres = roofline_centres(
-            mine["verifier"].iloc[0], mine["hardware"].iloc[0],
-            drafters[0] if len(drafters) == 1 else None, p_star, g_star,
-            tp=max(tp, 1), k=int(sd["k"].median()) if len(sd) else None,
-        )  # fmt: skip
-        for j, c in enumerate(coefs):
-            if centres and c in centres:
-                loc[gi, j] = np.log(centres[c])
-                scale[gi, j] = pr["coef_mu_roofline_sigma"]
-    return loc, scale
+    verifier = [
+        _roofline(design, sweeps[sweeps["group"] == group], None, p_star, g_star)
+        for group in design.coords["group"]
+    ]
+    drafter = []
+    for label in design.coords["draft_group"]:
+        group, name = label.rsplit("|", 1)
+        mine = sweeps[(sweeps["group"] == group) & (sweeps["drafter"] == name)]
+        drafter.append(_roofline(design, mine, name, p_star, g_star))
+    names_v, names_d = design.coords["coef_v"], design.coords["coef_d"]
+    loc_v = np.array([[pr["coef_mu"][c]["mu"] for c in names_v]] * len(verifier))
+    scale_v = np.array([[pr["coef_mu"][c]["sigma"] for c in names_v]] * len(verifier))
+    loc_d = np.zeros((len(drafter), len(names_d)))
+    scale_d = np.ones((len(drafter), len(names_d)))
+    relative = np.ones((len(drafter), len(names_d)), bool)
+    known = pr["coef_mu_roofline_sigma"]
+    for rows, loc, scale, names, rel in (
+        (verifier, loc_v, scale_v, names_v, None),
+        (drafter, loc_d, scale_d, names_d, relative),
+    ):
+        for i, centres in enumerate(rows):
+            for j, c in enumerate(names):
+                if centres and c in centres:
+                    loc[i, j], scale[i, j] = np.log(centres[c]), known
+                    if rel is not None:
+                        rel[i, j] = False
+    return {
+        "verifier": (loc_v.reshape(-1, len(names_v)), scale_v.reshape(-1, len(names_v))),
+        "drafter": (loc_d.reshape(-1, 2), scale_d.reshape(-1, 2), relative.reshape(-1, 2)),
+    }
+
+
+def _roofline(design, sweeps, drafter, p_star: float, g_star: float) -> dict | None:
+    """Roofline centres of one group's sweeps (:func:`~.physics.roofline_centres`)."""
+    from specbayes.model_next.physics import roofline_centres
+
+    rows = design.data[design.data["_config"].isin(sweeps.index)]
+    tp = int(rows["tp"].median()) if "tp" in rows and rows["tp"].notna().any() else 1
+    spec = sweeps[sweeps["k"] > 0]
+    return roofline_centres(
+        sweeps["verifier"].iloc[0], sweeps["hardware"].iloc[0], drafter, p_star, g_star,
+        tp=max(tp, 1), k=int(spec["k"].median()) if len(spec) else None,
+    )  # fmt: skip
 
 
 def merge_priors(priors: dict | None = None) -> dict:

@@ -44,7 +44,7 @@ def simulate_sweeps(
     level: str = "sd",
     verifiers: dict[str, float] | None = None,
     hardware: tuple[str, ...] = ("H100",),
-    drafter: tuple[str, float] = ("D1B", 1e9),
+    drafters: tuple[tuple[str, float], ...] = (("D1B", 1e9),),
     cells: tuple[tuple[int, int], ...] = DEFAULT_CELLS,
     alphas: tuple[float, ...] = (0.6, 0.8, 0.95),
     ks: tuple[int, ...] = (1, 3, 5),
@@ -67,8 +67,9 @@ def simulate_sweeps(
     (``DEFAULT_PRIORS["cell_coefs"]``) deviate by ``N(0, cell_sd)``, the others sit on their
     group's trend, as in the model. Loads are fractions ``x`` of the
     configuration's saturation (open loop ``λ = x/C2``; closed loop the concurrency
-    ``N = x/(1 - x) · C1/C2``, rounded). With ``unknown_alpha`` each cell has one acceptance
-    rate (``alphas[i % len]``, in ``truth['alpha']``) and the SD rows carry none.
+    ``N = x/(1 - x) · C1/C2``, rounded). With ``unknown_alpha`` each (cell, drafter) has one
+    acceptance rate (``alphas[(i + j) % len]`` for cell i, drafter j; in ``truth['alpha']``)
+    and the SD rows carry none.
 
     Returns
     -------
@@ -76,8 +77,8 @@ def simulate_sweeps(
         The sweep schema (``verifier, hardware, drafter, cell, prefill, decode, k, alpha,
         rps | concurrency, latency``).
     truth : DataFrame
-        One row per unit (verifier, hardware, cell) with its ``drafter`` and the true
-        coefficients ``c1p … c2d`` (s).
+        One row per (verifier, hardware, cell, drafter) with the true coefficients
+        ``c1p … c2d`` (s) (one row per unit with drafter "none" at ``level="dense"``).
     """
     if level not in ("dense", "sd"):
         raise ValueError(f"level must be 'dense' or 'sd', got {level!r}")
@@ -90,60 +91,86 @@ def simulate_sweeps(
     units["cell"] = units["prefill"].astype(str) + "x" + units["decode"].astype(str)
     groups = units["verifier"] + "|" + units["hardware"]
     group_names = list(dict.fromkeys(groups))
-    mu = _group_levels(group_names, verifiers, drafter[1], rng)
+    names = [d[0] for d in drafters] if level == "sd" else ["none"]
+    mu = _group_levels(group_names, verifiers, drafters, rng)  # (group, drafter, coef)
     trend, _ = trend_covariates(units["prefill"], units["decode"], list(COEFS))
-    z = rng.normal(size=(len(units), len(COEFS)))
+    z = rng.normal(size=(len(units), len(names), len(COEFS)))
     group = groups.map({g: i for i, g in enumerate(group_names)}).to_numpy()
     scale = np.where([c in DEFAULT_PRIORS["cell_coefs"] for c in COEFS], cell_sd, 0.0)
-    coef = np.exp(log_coefficients(mu, np.full(len(COEFS), share), scale, z, group, trend))
-    truth = units[["verifier", "hardware", "cell"]].assign(drafter=drafter[0])
-    truth[list(COEFS)] = coef
-    configs = _configurations(units, level, alphas, ks, unknown_alpha)
+    # one cell deviation of the verifier coefficients per unit, shared by its drafters
+    verifier = np.array([c not in DRAFTER_COEFS for c in COEFS])
+    z[:, :, verifier] = z[:, :1, verifier]
+    shares = np.full(len(COEFS), share)
+    coef = np.stack(
+        [
+            np.exp(log_coefficients(mu[:, j], shares, scale, z[:, j], group, trend))
+            for j in range(len(names))
+        ],
+        axis=1,
+    )  # (unit, drafter, coef)
+    truth = units[["verifier", "hardware", "cell"]].loc[np.repeat(units.index, len(names))]
+    truth = truth.reset_index(drop=True).assign(drafter=np.tile(names, len(units)))
+    truth[list(COEFS)] = coef.reshape(-1, len(COEFS))
+    configs = _configurations(units, names, level, alphas, ks, unknown_alpha)
     if unknown_alpha:
-        first = configs[configs["k"] > 0].groupby("unit")["alpha"].first()
-        truth["alpha"] = first.reindex(range(len(units))).to_numpy()
-    rows = _rows(units, configs, coef, drafter[0], loads, tau, sigma, growth, closed_loop, rng)
+        first = configs[configs["k"] > 0].groupby(["unit", "drafter"])["alpha"].first()
+        truth["alpha"] = first.reindex(
+            list(zip(np.repeat(units.index, len(names)), truth["drafter"], strict=True))
+        ).to_numpy()
+    rows = _rows(units, configs, coef, names, loads, tau, sigma, growth, closed_loop, rng)
     if unknown_alpha:
         rows.loc[rows["k"] > 0, "alpha"] = np.nan
     rows["verifier_params"] = rows["verifier"].map(verifiers)
     return rows, truth
 
 
-def _group_levels(names: list[str], verifiers: dict, drafter_size: float, rng) -> np.ndarray:
-    """Log group levels ``(group, coef)``: :data:`LEVEL_8B` scaled by size, GPU and verifier
-    factors (one GPU factor per GPU, shared by its verifiers)."""
+def _group_levels(names: list[str], verifiers: dict, drafters, rng) -> np.ndarray:
+    """Log group levels ``(group, drafter, coef)``: :data:`LEVEL_8B` scaled by size, GPU and
+    verifier factors (one GPU factor per GPU, shared by its verifiers and drafters); the
+    verifier coefficients are the same for every drafter of a group."""
     base = np.array([LEVEL_8B[c] for c in COEFS])
     gpus = sorted({n.split("|")[1] for n in names})
     gpu_factor = {h: rng.normal(0.0, 0.3, size=len(COEFS)) for h in gpus}
     drafter = np.array([c in DRAFTER_COEFS for c in COEFS])
-    out = []
-    for name in names:
+    out = np.empty((len(names), max(len(drafters), 1), len(COEFS)))
+    for i, name in enumerate(names):
         v, h = name.split("|")
-        size = np.where(drafter, np.log(drafter_size / 1e9), np.log(verifiers[v] / 8e9))
-        out.append(base + size + gpu_factor[h] + rng.normal(0.0, 0.1, size=len(COEFS)))
-    return np.array(out)
+        # the first drafter shares the verifier's factor (one drafter: as before drafters)
+        factor = gpu_factor[h] + rng.normal(0.0, 0.1, size=len(COEFS))
+        level = base + np.log(verifiers[v] / 8e9) + factor
+        for j, (_, size) in enumerate(drafters):
+            if j:
+                factor = gpu_factor[h] + rng.normal(0.0, 0.1, size=len(COEFS))
+            out[i, j] = np.where(drafter, base + np.log(size / 1e9) + factor, level)
+    return out
 
 
-def _configurations(units, level, alphas, ks, unknown_alpha) -> pd.DataFrame:
-    """One row per configuration: every unit's dense sweep and its SD (alpha, k) sweeps."""
+def _configurations(units, names, level, alphas, ks, unknown_alpha) -> pd.DataFrame:
+    """One row per configuration: every unit's dense sweep and its SD (drafter, alpha, k)
+    sweeps."""
     rows = []
     for u in range(len(units)):
-        rows.append({"unit": u, "k": 0, "alpha": np.nan})
+        rows.append({"unit": u, "drafter": "none", "slot": 0, "k": 0, "alpha": np.nan})
         if level == "dense":
             continue
-        cell_alphas = (alphas[u % len(alphas)],) if unknown_alpha else alphas
-        rows += [{"unit": u, "k": k, "alpha": a} for a in cell_alphas for k in ks]
+        for j, name in enumerate(names):
+            cell_alphas = (alphas[(u + j) % len(alphas)],) if unknown_alpha else alphas
+            rows += [
+                {"unit": u, "drafter": name, "slot": j, "k": k, "alpha": a}
+                for a in cell_alphas
+                for k in ks
+            ]
     return pd.DataFrame(rows)
 
 
-def _rows(units, configs, coef, drafter, loads, tau, sigma, growth, closed, rng) -> pd.DataFrame:
+def _rows(units, configs, coef, names, loads, tau, sigma, growth, closed, rng) -> pd.DataFrame:
     """The load points of every configuration, with latencies drawn from the model."""
     u = configs["unit"].to_numpy()
     unit = units.iloc[u].reset_index(drop=True)
     k = configs["k"].to_numpy(float)
     alpha = configs["alpha"].fillna(0.5).to_numpy()
     g = unit["decode"].to_numpy(float)
-    c = {name: coef[u, j] for j, name in enumerate(COEFS)}
+    c = {name: coef[u, configs["slot"].to_numpy(), j] for j, name in enumerate(COEFS)}
     c1, c2 = laws.effective_costs(
         c["c1p"], c["c1v"], c["c1d"], c["c2p"], c["c2v"], c["c2d"], g, alpha, k
     )
@@ -159,13 +186,14 @@ def _rows(units, configs, coef, drafter, loads, tau, sigma, growth, closed, rng)
     mu = log_mean_latency(log_c1_row, log_c2_row, load.ravel(), np.full(load.size, closed))
     scale = sigma * np.exp(log_row_scale(mu, log_c1_row, growth))
     frame = unit.loc[np.repeat(np.arange(len(k)), n)].reset_index(drop=True)
-    frame["drafter"] = np.where(np.repeat(k, n) > 0, drafter, "none")
+    frame["drafter"] = np.repeat(configs["drafter"].to_numpy(), n)
     frame["k"] = np.repeat(k, n).astype(int)
     frame["alpha"] = np.repeat(configs["alpha"].to_numpy(), n)
     frame["rps"] = np.nan if closed else load.ravel()
     if closed:
         frame["concurrency"] = load.ravel()
-        frame = frame.drop_duplicates(["verifier", "hardware", "cell", "k", "alpha", "concurrency"])
+        keys = ["verifier", "hardware", "cell", "drafter", "k", "alpha", "concurrency"]
+        frame = frame.drop_duplicates(keys)
     frame["latency"] = np.exp(mu + scale * rng.normal(size=len(mu)))[frame.index]
     frame[["prefill", "decode"]] = frame[["prefill", "decode"]].astype(float)
     return frame.reset_index(drop=True)
