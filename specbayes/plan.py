@@ -356,12 +356,17 @@ def break_even(
 def optimal_k(
     fit: Any,
     arm: Arm,
-    alphas: Sequence[float],
+    alphas: Sequence[float] | None,
     rps: Sequence[float],
     *,
     ks: Iterable[int] = DEFAULT_KS,
 ) -> pd.DataFrame:
     r"""The k-table over an (alpha, load) grid.
+
+    ``alphas=None`` plans at the arm's own acceptance: its ``alpha``, or — where the fit
+    inferred it — its posterior draws, each draw with its own alpha (one grid row per load,
+    ``alpha`` the draws' median, ``alpha_inferred`` True): the best k of a drafter whose
+    acceptance nobody measured.
 
     For each draw and grid point the latency of every candidate k is computed
     (dense ``k = 0`` included); then
@@ -376,11 +381,19 @@ def optimal_k(
       expected relative latency lost against the per-draw best (over draws where the Bayes
       choice is unsaturated), and ``p_bayes_saturated``.
     """
-    alphas = _check_alpha(np.atleast_1d(alphas))
     rps = _check_rps(rps)
     ks = _check_ks(ks)
-    # shape (sample, alpha, k) -> latencies (sample, alpha, rps, k)
-    c1, c2, c3 = effective_cost_draws(fit, arm, alpha=alphas[:, None], k=ks[None, :])
+    inferred = alphas is None and arm.alpha is None
+    if alphas is None:
+        # shape (sample, 1, k): every draw at its own alpha
+        (coefs,) = coefficient_draws(fit, arm)
+        draws = _alpha_draws(fit, arm, coefs["c1p"].shape[0], ks)  # given, or inferred
+        c1, c2, c3 = _costs(fit, coefs, arm, k=ks[None, :])
+        alphas = np.array([float(np.median(draws))])
+    else:
+        alphas = _check_alpha(np.atleast_1d(alphas))
+        # shape (sample, alpha, k) -> latencies (sample, alpha, rps, k)
+        c1, c2, c3 = effective_cost_draws(fit, arm, alpha=alphas[:, None], k=ks[None, :])
     lat = laws.latency(
         rps[None, None, :, None], c1[:, :, None, :], c2[:, :, None, :], c3[:, :, None, :]
     )
@@ -401,6 +414,8 @@ def optimal_k(
                 order = np.lexsort((med, p_sat))
                 k_idx = int(order[0]) if p_sat[order[0]] < 1.0 else -1
             row: dict[str, Any] = dict(alpha=a, rps=r)
+            if inferred:
+                row["alpha_inferred"] = True
             all_sat = ~np.isfinite(best_lat[:, i, j])
             for kk_i, kk in enumerate(ks):
                 row[f"p_best_k{kk}"] = float(np.mean((best_idx[:, i, j] == kk_i) & ~all_sat))

@@ -148,6 +148,12 @@ def test_planner_compares_drafters(two_drafters):
     for arm in (eagle, draft):
         table = plan.optimal_k(two_drafters, arm, alphas=[0.7], rps=[0.01], ks=(0, 1, 3, 5))
         assert table["k_bayes"].isin([0, 1, 3, 5]).all()
+        # at the drafter's own inferred acceptance: one row per load, every draw its alpha
+        own = plan.optimal_k(two_drafters, arm, alphas=None, rps=[0.01, 0.02], ks=(1, 3, 5))
+        draws = two_drafters.alpha_draws("V8B", arm.drafter, "512x512")
+        assert len(own) == 2 and own["alpha_inferred"].all()
+        assert own["alpha"].iloc[0] == pytest.approx(np.median(draws))
+        assert own["k_bayes"].isin([1, 3, 5]).all()
 
 
 def test_one_k_leaves_alpha_to_the_prior():
