@@ -134,10 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specbayes`` console script; returns the exit status."""
-    # PyTensor warns on every import when no system BLAS is linked (pip installs); the models
-    # here are elementwise and matrix-vector work that NumPy's own BLAS serves, so the
-    # warning is noise on a command line.
-    warnings.filterwarnings("ignore", message="PyTensor could not link to a BLAS")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
