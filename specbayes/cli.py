@@ -298,8 +298,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
-    except KeyboardInterrupt as exc:
-        sys.stderr.write("specbayes: interrupted — stopped; nothing was written\n")
+    except KeyboardInterrupt as exc:  # still importing the subcommands
+        name = signal.Signals(exit_status(exc) - 128).name
+        sys.stderr.write(f"specbayes: interrupted ({name}) — stopped; nothing was written\n")
         return exit_status(exc)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
