@@ -290,9 +290,17 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specbayes`` console script; returns the exit status."""
     previous = install_signal_handlers()
     try:
-        return _main(argv)
+        code = _main(argv)
     finally:  # an in-process caller (a test, a notebook) gets its handlers back
         restore_signal_handlers(previous)
+    if argv is None and code in (130, 143):
+        # the process is the command (the console script): end it now, without the
+        # interpreter's finalisation, in which a native library stopped mid-call (LLVM
+        # compiling numba code) can crash with SIGSEGV after the one line was printed
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _main(argv: list[str] | None) -> int:
