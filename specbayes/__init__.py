@@ -6,7 +6,19 @@ expert-coverage correction — as hierarchical PyMC models, and turns the poster
 deployment decisions with intervals.
 """
 
+import warnings
 from importlib.metadata import PackageNotFoundError, version
+
+# PyTensor warns on its first import when no system BLAS is linked (every pip install): the
+# models here are elementwise and matrix-vector work that NumPy's own BLAS serves, so the
+# warning is noise to a user. Every module that imports PyTensor or PyMC is under this
+# package, so the filter is set here, before any of them runs; the regex matches that one
+# message only.
+warnings.filterwarnings(
+    "ignore",
+    message=r"PyTensor could not link to a BLAS installation",
+    category=UserWarning,
+)
 
 try:
     __version__ = version("specbayes")

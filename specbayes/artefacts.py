@@ -1,7 +1,8 @@
 """Writing artefacts safely: strict JSON and output folders that appear whole or not at all.
 
 The fit artefact follows ArviZ's conventions (:func:`split_internal`,
-:func:`rename_sample_stats`, :func:`add_natural_scale`, :func:`stamp_groups`). Every JSON file
+:func:`rename_sample_stats`, :func:`add_natural_scale`, :func:`stamp_groups`) and is written
+small (:func:`slim_fit_artefact`, :func:`write_fit_netcdf`). Every JSON file
 the package writes goes through :func:`dumps`: ``NaN`` and ``±Infinity`` are
 not JSON (``JSON.parse`` rejects them), so non-finite numbers become ``null`` and the
 document says what ``null`` means. Output folders are written through :func:`staged_dir`:
@@ -24,6 +25,7 @@ import numpy as np
 import xarray as xr
 
 __all__ = [
+    "NATURAL_SCALE",
     "NULL_MEANS",
     "SAMPLE_STATS_NAMES",
     "add_natural_scale",
@@ -33,9 +35,11 @@ __all__ = [
     "finish_fit_artefact",
     "jsonable",
     "rename_sample_stats",
+    "slim_fit_artefact",
     "split_internal",
     "staged_dir",
     "stamp_groups",
+    "write_fit_netcdf",
 ]
 
 #: What ``null`` stands for in the JSON the package writes (written into each document).
@@ -193,16 +197,20 @@ def rename_sample_stats(idata) -> None:
         idata.sample_stats = stats.rename(names)
 
 
+#: Natural-scale variables (s, requests) added to the posterior -> the log they exponentiate.
+NATURAL_SCALE = {
+    "coef_unit": "log_coef",
+    "coef_draft_unit": "log_coef_draft",
+    "knee_verifier": "log_knee_verifier",
+    "knee_drafter": "log_knee_drafter",
+}
+
+
 def add_natural_scale(idata) -> None:
     """Add the unit coefficients (s) and knee batches (requests) on their natural scale."""
     post = idata.posterior
-    pairs = {
-        "coef_unit": "log_coef",
-        "coef_draft_unit": "log_coef_draft",
-        "knee_verifier": "log_knee_verifier",
-        "knee_drafter": "log_knee_drafter",
-    }
-    new = {n: np.exp(post[log]) for n, log in pairs.items() if log in post and n not in post}
+    pairs = NATURAL_SCALE.items()
+    new = {n: np.exp(post[log]) for n, log in pairs if log in post and n not in post}
     if new:
         idata.posterior = post.assign(new)
 
@@ -249,3 +257,102 @@ def stamp_groups(idata, sampler: str, arviz_version: str, specbayes_version: str
         ds.attrs["inference_library_version"] = library_version
         ds.attrs["arviz_version"] = arviz_version
         ds.attrs["specbayes_version"] = specbayes_version
+
+
+# -- the fit artefact on disk ---------------------------------------------------------------
+
+#: Posterior predictive draws kept in the file, in total over chains: enough for
+#: ``az.plot_ppc`` and a 90 % band's coverage; an in-memory fit keeps all of them.
+PREDICTIVE_DRAWS = 400
+
+#: Groups whose values are stored as float32 (7 significant digits, far below the Monte
+#: Carlo error of any of them): one value per row and draw.
+POINTWISE_GROUPS = ("log_likelihood", "posterior_predictive")
+
+
+def slim_fit_artefact(idata, exact, drop=(), predictive_draws: int = PREDICTIVE_DRAWS):
+    """A copy of the fit ``idata`` as it is written to disk (``idata`` itself is unchanged).
+
+    The demo fit's file was 58 MB, two thirds of it per-row draws; what the file keeps:
+
+    - ``posterior``: the variables named in ``exact`` (those the fit's answers read) as
+      float64, every other one as float32 (7 significant digits: R-hat and ESS, for which
+      the sampler's coordinates are kept, do not change); ``drop`` (per-row quantities
+      recomputable from the rest) is left out;
+    - ``log_likelihood``: every draw (PSIS-LOO needs them), float32;
+    - ``posterior_predictive``: ``predictive_draws`` evenly thinned draws (all chains),
+      float32 — for ``az.plot_ppc`` and predictive bands;
+    - ``unconstrained_posterior`` (the sampler's own coordinates) is left out;
+    - every other group as it is.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+    exact : iterable of str
+        Posterior variables kept as float64 (names not in the posterior are ignored).
+    drop : iterable of str
+        Posterior variables left out.
+    predictive_draws : int
+        Posterior predictive draws kept in total.
+    """
+    import arviz as az
+
+    exact, drop = set(exact), set(drop)
+    groups = {}
+    for name in idata.groups():
+        ds = idata[name]
+        if name == "unconstrained_posterior":
+            continue
+        if name == "posterior":
+            ds = ds.drop_vars([v for v in drop if v in ds])
+            ds = ds.assign({v: _float32(ds[v]) for v in ds.data_vars if v not in exact})
+        elif name in POINTWISE_GROUPS:
+            if name == "posterior_predictive":
+                per_chain = max(1, -(-predictive_draws // ds.sizes["chain"]))
+                step = max(1, ds.sizes["draw"] // per_chain)
+                ds = ds.isel(draw=slice(None, step * per_chain, step))
+            ds = ds.assign({v: _float32(ds[v]) for v in ds.data_vars})
+        groups[name] = ds
+    with warnings_ignored_for_custom_groups():
+        slim = az.InferenceData(**groups)
+    slim.attrs.update(idata.attrs)
+    return slim
+
+
+def _float32(var: xr.DataArray) -> xr.DataArray:
+    return var.astype(np.float32) if np.issubdtype(var.dtype, np.floating) else var
+
+
+@contextlib.contextmanager
+def warnings_ignored_for_custom_groups() -> Iterator[None]:
+    """ArviZ warns once about any group outside its schema ('excluded_data' is one)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*excluded_data.*", category=UserWarning)
+        yield
+
+
+def write_fit_netcdf(idata, path: str | Path) -> Path:
+    """Write ``idata`` as one netCDF-4 file, every numeric variable zlib-compressed with the
+    byte shuffle (which lets zlib find the repeated sign and exponent bytes of draws).
+
+    ArviZ's own ``to_netcdf`` compresses without the shuffle; the layout (the attrs at the
+    root, one netCDF group per InferenceData group) is ArviZ's, so ``az.from_netcdf`` and
+    :func:`specbayes.fit.load_fit` read it.
+    """
+    path = Path(path)
+    mode = "w"
+    if idata.attrs:
+        xr.Dataset(attrs=idata.attrs).to_netcdf(path, mode=mode, engine="h5netcdf")
+        mode = "a"
+    for name in idata.groups():
+        ds = idata[name]
+        encoding = {
+            v: {"zlib": True, "complevel": 4, "shuffle": True}
+            for v, var in ds.variables.items()
+            if np.issubdtype(var.dtype, np.number) or var.dtype == bool
+        }
+        ds.to_netcdf(path, mode=mode, group=name, engine="h5netcdf", encoding=encoding)
+        mode = "a"
+    return path

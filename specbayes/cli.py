@@ -9,14 +9,25 @@ Error convention (every subcommand): a usage or input mistake prints **one line*
 stderr, ``specbayes <cmd>: <file/field>: <what is wrong> — <what to do>``, and exits with
 status 2; a fit that fails its health checks under ``--strict`` exits with status 1. No
 traceback is shown (``SPECBAYES_DEBUG=1`` shows it), and no partial output is left behind.
+
+Signals: Ctrl-C (SIGINT) and SIGTERM stop any command within a few seconds — while reading,
+compiling, sampling or writing — with one line, ``specbayes <cmd>: interrupted (SIGINT) —
+stopped; nothing was written``, and exit status 130 (SIGINT) or 143 (SIGTERM), the shell's
+``128 + signal``. Both raise :class:`Interrupted` (a ``KeyboardInterrupt``) in the main thread;
+the commands write through a temporary file or folder moved into place last, so the
+exception leaves nothing behind (:func:`specbayes.commands.fit.save_atomically`,
+:func:`specbayes.artefacts.staged_dir`).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import os
+import signal
 import sys
+import threading
 import warnings
 
 from specbayes import __version__
@@ -40,8 +51,151 @@ EXIT_INTERNAL = 3
 INPUT_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, KeyError, LookupError)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Raised in the main thread by SIGINT or SIGTERM (:func:`install_signal_handlers`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+#: Signals received by this process (:func:`check_interrupted` re-raises the first one).
+_RECEIVED: list[int] = []
+
+
+def _raise_interrupted(signum: int, frame) -> None:
+    _RECEIVED.append(signum)
+    raise Interrupted(signum)
+
+
+def _raise_again(signum: int, frame) -> None:
+    if _RECEIVED:
+        raise Interrupted(_RECEIVED[0])
+
+
+def _swallowed(unraisable) -> None:
+    """``sys.unraisablehook``: an :class:`Interrupted` raised while Python ran a callback of C
+    code (numba's LLVM compiler calls some through ctypes) is printed and dropped by Python;
+    raise it again 50 ms later instead, in whatever Python code runs then."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        signal.signal(signal.SIGALRM, _raise_again)
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def install_signal_handlers() -> dict:
+    """SIGINT and SIGTERM raise :class:`Interrupted` (SIGTERM would otherwise kill the process
+    without running the clean-up that removes partial output); returns what was replaced, for
+    :func:`restore_signal_handlers` (nothing outside the main thread, where Python cannot set
+    signal handlers)."""
+    _RECEIVED.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous[signal.SIGALRM] = signal.getsignal(signal.SIGALRM)
+    previous["unraisablehook"] = sys.unraisablehook
+    sys.unraisablehook = _swallowed
+    return previous
+
+
+def restore_signal_handlers(previous: dict) -> None:
+    """Undo :func:`install_signal_handlers` (a pending re-raise is cancelled)."""
+    if not previous:
+        return
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    sys.unraisablehook = previous.pop("unraisablehook")
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def check_interrupted() -> None:
+    """Raise :class:`Interrupted` again if a signal arrived before: a library that catches
+    ``KeyboardInterrupt`` (nutpie returns the draws so far) must not have its partial result
+    written as if it were whole."""
+    if _RECEIVED:
+        raise Interrupted(_RECEIVED[0])
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """130 for SIGINT (or a bare ``KeyboardInterrupt``), 143 for SIGTERM: 128 + signal."""
+    return 128 + int(getattr(exc, "signum", signal.SIGINT))
+
+
+def _formats() -> dict:
+    """What each argument type of the CLI accepts, as ``--help`` says it."""
+    from pathlib import Path
+
+    from specbayes import commands as c
+
+    return {
+        int: "an integer",
+        float: "a number",
+        Path: "a path",
+        c.positive_int: "an integer >= 1",
+        c.nonneg_int: "an integer >= 0",
+        c.positive_float: "a number > 0",
+        c.nonneg_float: "a number >= 0",
+        c.probability: "a number in (0, 1)",
+        c.acceptance: "a number in (0, 1]",
+        c.tokens: "a number >= 1",
+        c.acceptance_length: "a number > 1",
+        c.float_list: "comma-separated numbers >= 0, e.g. 0,5,10",
+        c.int_list: "comma-separated integers >= 0, e.g. 0,2,4",
+        c.acceptance_list: "comma-separated numbers in (0, 1], e.g. 0.6,0.8",
+        c.positive_int_list: "comma-separated integers >= 1, e.g. 1,2,4",
+    }
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` of every subcommand: each option's default and the format of its value.
+
+    ``(default: X)`` is added unless the help already says its default, or there is none to
+    show (``None``: the option is off or its value comes from the data or the model; a
+    flag); ``format: ...`` comes from the option's ``type`` (:func:`_formats`) unless the
+    help names choices or a format itself.
+    """
+
+    def _format_action(self, action: argparse.Action) -> str:
+        notes = "" if action.help else self._notes(action)
+        if notes:  # argparse skips an option without help: the notes are its help
+            action = copy.copy(action)
+            action.help, action.notes_only = notes, True
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if getattr(action, "notes_only", False):
+            return action.help
+        text = (action.help or "").strip()
+        notes = self._notes(action)
+        return f"{text} ({notes})" if text and notes else text or notes
+
+    @staticmethod
+    def _notes(action: argparse.Action) -> str:
+        """``format: ...; default: ...`` for ``action`` ('' when there is nothing to add)."""
+        text = action.help or ""
+        if not action.option_strings and action.nargs not in ("?", "*"):
+            return ""  # a positional argument: required, its help says what it is
+        notes = []
+        fmt = _formats().get(action.type)
+        if fmt and not action.choices and "format" not in text:
+            notes.append(f"format: {fmt}")
+        default = action.default
+        shown = default not in (None, False, True, argparse.SUPPRESS)
+        if shown and "%(default)" not in text and "default" not in text.lower():
+            if isinstance(default, list | tuple):  # as it is typed: 0,1,2
+                default = ",".join(str(v) for v in default)
+            notes.append(f"default: {default}".replace("%", "%%"))
+        return "; ".join(notes)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line (not the usage block)."""
+    """An argument parser whose usage errors are one line (not the usage block), and whose
+    ``--help`` gives every option's default and format (:class:`HelpFormatter`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:
         sys.stderr.write(f"{self.prog}: {one_line(message)} — see `{self.prog} --help`\n")
@@ -134,11 +288,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specbayes`` console script; returns the exit status."""
-    # PyTensor warns on every import when no system BLAS is linked (pip installs); the models
-    # here are elementwise and matrix-vector work that NumPy's own BLAS serves, so the
-    # warning is noise on a command line.
-    warnings.filterwarnings("ignore", message="PyTensor could not link to a BLAS")
-    parser = build_parser()
+    previous = install_signal_handlers()
+    try:
+        code = _main(argv)
+    finally:  # an in-process caller (a test, a notebook) gets its handlers back
+        restore_signal_handlers(previous)
+    if argv is None and code in (130, 143):
+        # the process is the command (the console script): end it now, without the
+        # interpreter's finalisation, in which a native library stopped mid-call (LLVM
+        # compiling numba code) can crash with SIGSEGV after the one line was printed
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        parser = build_parser()
+    except KeyboardInterrupt as exc:  # still importing the subcommands
+        name = signal.Signals(exit_status(exc) - 128).name
+        sys.stderr.write(f"specbayes: interrupted ({name}) — stopped; nothing was written\n")
+        return exit_status(exc)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -147,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _warning_keeper(args.command, held)
         code = _run(args)
-    if code != EXIT_USAGE:  # a mistake is answered by its one line alone
+    if code not in (EXIT_USAGE, 130, 143):  # a mistake or an interrupt: its one line alone
         for text in dict.fromkeys(held):  # each distinct warning once
             sys.stderr.write(text)
     return code
@@ -168,9 +339,17 @@ def _run(args: argparse.Namespace) -> int:
     """Run the subcommand; input errors become one line and exit status 2."""
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"specbayes {args.command}: interrupted — nothing more was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        if threading.current_thread() is threading.main_thread():
+            signal.setitimer(signal.ITIMER_REAL, 0)  # no re-raise (_swallowed) pending
+            for signum in (signal.SIGINT, signal.SIGTERM):  # clean-up is done: one line, no more
+                signal.signal(signum, signal.SIG_IGN)
+        name = signal.Signals(exit_status(exc) - 128).name
+        print(
+            f"specbayes {args.command}: interrupted ({name}) — stopped; nothing was written",
+            file=sys.stderr,
+        )
+        return exit_status(exc)
     except INPUT_ERRORS as exc:
         if os.environ.get("SPECBAYES_DEBUG"):
             raise

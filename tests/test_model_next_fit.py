@@ -22,7 +22,7 @@ from specbayes import laws, plan
 from specbayes.data import SweepTable, validate_sweeps
 from specbayes.fit import FitFileError, load_fit
 from specbayes.model_next import build_design, build_model
-from specbayes.model_next.fitted import NextFit
+from specbayes.model_next.fitted import _ANSWER_VARIABLES, NextFit
 from specbayes.model_next.sampling import add_sigma
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,6 +207,7 @@ def test_save_and_load(pooled, tmp_path):
     path = pooled.save(tmp_path / "fit.nc")
     again = load_fit(path)
     assert isinstance(again, NextFit)
+    # the variables the answers read are stored exactly: a method reading a float32 one fails
     np.testing.assert_array_equal(
         again.mean_latency(pooled.data).values, pooled.mean_latency(pooled.data).values
     )
@@ -215,6 +216,52 @@ def test_save_and_load(pooled, tmp_path):
     ds.to_netcdf(str(tmp_path / "old.nc"))
     with pytest.raises(FitFileError, match=r"0\.0\.0"):
         load_fit(tmp_path / "old.nc")
+
+
+def test_saved_artefact_is_slim_and_answers(pooled, tmp_path):
+    """The file keeps what the answers read exact, the rest float32, no per-row ``mu`` and a
+    thinned predictive group; ArviZ's LOO and PPC, the health summary and the planner work on
+    what is read back, and ``mu`` is recomputed from it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from specbayes.artefacts import PREDICTIVE_DRAWS, add_natural_scale
+
+    again = load_fit(pooled.save(tmp_path / "fit.nc"))
+    idata = again.idata
+    assert "unconstrained_posterior" not in idata.groups()
+    assert "mu" not in idata.posterior and "coef_unit" not in idata.posterior
+    add_natural_scale(idata)  # coef_unit back, as the docstring of save says
+    np.testing.assert_array_equal(idata.posterior["coef_unit"], pooled.idata.posterior["coef_unit"])
+    idata.posterior = idata.posterior.drop_vars("coef_unit")
+    for group in ("log_likelihood", "posterior_predictive"):
+        assert idata[group]["log_latency"].dtype == np.float32, group
+    for name, var in idata.posterior.data_vars.items():
+        exact = name in _ANSWER_VARIABLES
+        assert var.dtype == (np.float64 if exact else np.float32), name
+        stored = pooled.idata.posterior[name].values
+        np.testing.assert_allclose(var.values, stored, rtol=0 if exact else 1e-6)
+    n_ll = idata.log_likelihood.sizes["chain"] * idata.log_likelihood.sizes["draw"]
+    n_pp = idata.posterior_predictive.sizes["chain"] * idata.posterior_predictive.sizes["draw"]
+    assert n_ll == pooled._n() and n_pp <= PREDICTIVE_DRAWS
+    stack = {"sample": ("chain", "draw")}
+    mu = pooled.idata.posterior["mu"].stack(stack).transpose("sample", ...).values
+    np.testing.assert_allclose(np.log(again.mean_latency(again.data).values), mu, rtol=1e-9)
+
+    loo = az.loo(idata, pointwise=True)
+    assert np.isfinite(loo.elpd_loo) and loo.pareto_k.size == len(pooled.data)
+    az.plot_ppc(idata, num_pp_samples=20)
+    plt.close("all")
+    assert again.summary()["divergences"] == 0
+    arm = plan.Arm(
+        "Llama-3.1-8B", "H100-SXM", prefill=256, decode=256,
+        drafter="EAGLE3-Llama-3.1-8B", alpha=0.7, k=5,
+    )  # fmt: skip
+    table = plan.speedup(again, arm, rps=[0.0, 1.0])
+    assert table["median"].notna().all()
+    pd.testing.assert_frame_equal(table, plan.speedup(pooled, arm, rps=[0.0, 1.0]))
 
 
 @pytest.mark.slow

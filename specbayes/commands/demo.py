@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from pathlib import Path
 
@@ -56,9 +57,9 @@ def demo_data(seed: int):
 
 def run(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir
+    from specbayes.cli import check_interrupted
     from specbayes.commands.fit import save_atomically
     from specbayes.fit import fit
-    from specbayes.report import resolve_arm, write_report
 
     t0 = time.perf_counter()
     check_out_dir(args.out)  # before minutes of sampling, not after
@@ -68,7 +69,24 @@ def run(args: argparse.Namespace) -> int:
     if args.draws:
         config["draws"] = args.draws
     result = fit(sweeps, model="sd", sampler_config=config, progress=True)
-    save_atomically(result, args.out / "fit.nc")
+    check_interrupted()  # nutpie answers Ctrl-C with the draws so far: not a fit
+    existed, saved = args.out.exists(), None
+    try:
+        saved = save_atomically(result, args.out / "fit.nc")
+        _finish(args, result, t0)
+    except BaseException:  # interrupted or failed while writing: leave nothing of ours
+        if saved is not None:
+            saved.unlink(missing_ok=True)
+        if not existed:
+            shutil.rmtree(args.out, ignore_errors=True)
+        raise
+    return 0
+
+
+def _finish(args: argparse.Namespace, result, t0: float) -> None:
+    """Print the fit's health and write the report (the demo's last two steps)."""
+    from specbayes.report import resolve_arm, write_report
+
     health = result.summary()
     verdict = "healthy" if health["healthy"] else "NOT HEALTHY — do not trust the answers below"
     print(
@@ -83,4 +101,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"  - {line}")
     print(f"\nreport: {args.out / 'summary.md'} (figures: {args.out}/*.png)")
     print(f"fit artefact: {args.out / 'fit.nc'}; total {time.perf_counter() - t0:.0f} s")
-    return 0

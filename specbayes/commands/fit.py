@@ -19,20 +19,54 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "wall time.",
     )
     p.add_argument("data", help="sweep table (CSV, CSV.gz or parquet)")
-    p.add_argument("--model", choices=("dense", "sd", "moe"), default="sd")
-    p.add_argument("--out", type=Path, required=True, help="output file (netCDF, e.g. fit.nc)")
+    p.add_argument("--model", choices=("dense", "sd", "moe"), default="sd", help="model level")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="output file (netCDF, e.g. fit.nc); the rows left out are listed beside it, in "
+        "<name>.excluded.csv",
+    )
     p.add_argument(
         "--strict",
         action="store_true",
         help="exit with status 1 when a health threshold fails "
         "(divergences > 0, R-hat > 1.01, bulk ESS < 400)",
     )
-    p.add_argument("--chains", type=positive_int, default=None)
-    p.add_argument("--draws", type=positive_int, default=None)
-    p.add_argument("--tune", type=nonneg_int, default=None)
-    p.add_argument("--seed", type=nonneg_int, default=None)
-    p.add_argument("--cores", type=positive_int, default=None)
-    p.add_argument("--sampler", choices=("nutpie", "numpyro"), default=None)
+    # the defaults are the model's one sampler configuration (model_next.sampling), named
+    # here without importing PyMC so that --help stays fast; test_cli_help checks them
+    p.add_argument("--chains", type=positive_int, default=None, help="chains (default: 4)")
+    p.add_argument(
+        "--draws",
+        type=positive_int,
+        default=None,
+        help="draws kept per chain (default: 1000; 1500 with --core legacy)",
+    )
+    p.add_argument(
+        "--tune",
+        type=nonneg_int,
+        default=None,
+        help="tuning steps per chain, not kept (default: 1000)",
+    )
+    p.add_argument(
+        "--seed",
+        type=nonneg_int,
+        default=None,
+        help="seeds the sampler, the noise scale's draws and the predictive group (default: 20260)",
+    )
+    p.add_argument(
+        "--cores",
+        type=positive_int,
+        default=None,
+        help="cores running the chains (default: 2; with --core legacy: one per chain, up to "
+        "the CPUs)",
+    )
+    p.add_argument(
+        "--sampler",
+        choices=("nutpie", "numpyro"),
+        default=None,
+        help="nutpie (default), or NumPyro on JAX (pip install specbayes[jax])",
+    )
     p.add_argument(
         "--core",
         choices=("legacy",),
@@ -208,7 +242,40 @@ def save_atomically(result, path: Path) -> Path:
     return path
 
 
+def excluded_path(out: Path) -> Path:
+    """Where the rows a fit left out are listed: ``<out stem>.excluded.csv`` beside it."""
+    return out.with_name(f"{out.stem}.excluded.csv")
+
+
+def write_excluded(excluded, out: Path, written: list[Path]) -> Path | None:
+    """Write the excluded rows (with their ``reason``) beside ``out``, through a temporary
+    file; ``None`` when there are none. The path written is appended to ``written`` (removed
+    again if the command fails)."""
+    path = excluded_path(out)
+    if excluded is None or len(excluded) == 0:
+        return None
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        excluded.to_csv(tmp, index=False)
+        tmp.replace(path)
+        written.append(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def excluded_line(excluded, path: Path) -> str:
+    """One line: how many rows were left out, by rule (or reason), and where they are listed
+    with each row's reason."""
+    col = next((c for c in ("rule", "reason") if c in excluded), None)
+    counts = excluded[col].astype(str).value_counts() if col else None
+    by = "" if counts is None else ": " + ", ".join(f"{n} {r}" for r, n in counts.head(4).items())
+    more = "" if counts is None or len(counts) <= 4 else f", {len(counts) - 4} more"
+    return f"{len(excluded)} rows excluded{by}{more} — listed with reasons in {path}"
+
+
 def run(args: argparse.Namespace) -> int:
+    from specbayes.cli import check_interrupted
     from specbayes.data import read_sweeps, validate_sweeps
     from specbayes.fit import fit
 
@@ -228,26 +295,36 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None
     }
     created = probe_writable(out)
+    written: list[Path] = []
     try:
-        result = fit(
-            table,
-            model=args.model,
-            sampler_config=config,
-            progress=not args.quiet,
-            core=args.core,
-        )
-    except BaseException as exc:
-        if created is not None:  # leave no empty folder behind
+        try:
+            result = fit(
+                table,
+                model=args.model,
+                sampler_config=config,
+                progress=not args.quiet,
+                core=args.core,
+            )
+        except ValueError as exc:
+            text = str(exc)  # the data cannot be fitted at this level: name the file
+            raise ValueError(
+                text if text.startswith(str(args.data)) else f"{args.data}: {text}"
+            ) from exc
+        check_interrupted()  # nutpie answers Ctrl-C with the draws so far: not a fit
+        excluded = write_excluded(result.excluded, out, written)
+        path = save_atomically(result, out)
+    except BaseException:
+        for done in written:  # nothing of this run is left behind
+            done.unlink(missing_ok=True)
+        if created is not None:  # nor an empty folder
             shutil.rmtree(created, ignore_errors=True)
-        if not isinstance(exc, ValueError):
-            raise
-        text = str(exc)  # the data cannot be fitted at this level: name the file
-        raise ValueError(
-            text if text.startswith(str(args.data)) else f"{args.data}: {text}"
-        ) from exc
-    path = save_atomically(result, out)
+        raise
+    if excluded is None:  # a list beside ``out`` would be an earlier fit's
+        excluded_path(out).unlink(missing_ok=True)
     summary = result.summary()
     print(format_summary(summary))
+    if excluded is not None:
+        print(excluded_line(result.excluded, excluded))
     print(f"wrote {path}")
     if args.strict and not summary["healthy"]:
         return 1

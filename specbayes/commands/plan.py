@@ -92,9 +92,9 @@ def _arm_args(p: argparse.ArgumentParser) -> None:
         "configuration (default: the measured SD sweep with the most rows, ties to the highest "
         "load, among those matching the options given; its alpha is that sweep's)"
     )
-    g.add_argument("--verifier")
-    g.add_argument("--hardware")
-    g.add_argument("--drafter")
+    g.add_argument("--verifier", help="verifier model, as in the data (e.g. Llama-3.1-8B)")
+    g.add_argument("--hardware", help="accelerator, as in the data (e.g. H100-SXM)")
+    g.add_argument("--drafter", help="draft model, as in the data")
     g.add_argument(
         "--cell",
         help="workload: a fitted cell, or '<prefill>x<decode>' (e.g. 256x256), which sets the "

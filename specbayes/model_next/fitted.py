@@ -627,11 +627,37 @@ class NextFit:
         self.idata.attrs["config"] = _strict_json(self.config)
 
     def save(self, path: str | Path) -> Path:
-        """Write the artefact (one netCDF file)."""
+        """Write the artefact (one netCDF file, compressed; the demo fit's is under 15 MB).
+
+        What the file leaves out or narrows (:func:`specbayes.artefacts.slim_fit_artefact`;
+        this object's ``idata`` keeps everything):
+
+        - the posterior's per-row ``mu`` — the fitted rows' expected log latency, recomputed
+          draw by draw by ``np.log(fit.mean_latency(fit.data))`` — and ``coef_unit``, which is
+          ``np.exp(fit.idata.posterior["log_coef"])``
+          (:func:`specbayes.artefacts.add_natural_scale` adds it back);
+        - the posterior variables the answers read (:data:`_ANSWER_VARIABLES`) stay float64,
+          so a loaded fit answers exactly as this one; the others — the sampler's coordinates,
+          read for R-hat and ESS only — are float32, as are ``log_likelihood`` (every draw)
+          and ``posterior_predictive`` (400 evenly thinned draws; ``fit.predict(fit.data)``
+          draws as many as the posterior has);
+        - ``unconstrained_posterior``, the sampler's own coordinates.
+        """
+        from specbayes.artefacts import NATURAL_SCALE, slim_fit_artefact, write_fit_netcdf
+
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.idata.to_netcdf(str(path), engine="h5netcdf")
-        return path
+        drop = ["mu", *NATURAL_SCALE]
+        slim = slim_fit_artefact(self.idata, _ANSWER_VARIABLES, drop=drop)
+        return write_fit_netcdf(slim, path)
+
+
+#: Posterior variables the methods above read (``_post()``), stored exactly by
+#: :meth:`NextFit.save`; the save tests compare a loaded fit's answers with the original's.
+_ANSWER_VARIABLES = (
+    "log_c1", "log_c2", "log_coef", "unit_coef", "coefficients", "coef_mu", "trend",
+    "cell_sd", "tau", "noise_growth", "sigma", "alpha", "tokens_per_cycle",
+)  # fmt: skip
 
 
 def load_next(idata, path: Path) -> NextFit:

@@ -90,10 +90,35 @@ def sample(
     mid = time.perf_counter()
     # warmup draws are not kept: the artefact holds what the fit's answers use (a third of
     # the demo fit's netCDF file was its warmup posterior)
-    idata = nutpie.sample(compiled, seed=seed, progress_bar=progress, save_warmup=False, **config)
+    idata = _wait(
+        nutpie.sample(
+            compiled, seed=seed, progress_bar=progress, save_warmup=False, blocking=False, **config
+        )
+    )
     add_sigma(idata, model, seed)
     end = time.perf_counter()
     return idata, {"compile_s": mid - start, "sample_s": end - mid}
+
+
+def _wait(sampler, poll_s: float = 0.1):
+    """The trace of a non-blocking nutpie ``sampler`` once it is finished.
+
+    The main thread waits in slices of ``poll_s`` (nutpie raises ``TimeoutError`` while
+    chains still run; its ``is_finished`` raises it too, so it cannot be polled) instead of
+    blocking in one wait, so a signal (Ctrl-C, SIGTERM) reaches Python's handler within
+    ``poll_s``; the sampler is then cancelled and the interrupt propagates. (nutpie's
+    blocking mode would answer Ctrl-C by returning the draws so far, which a caller would
+    take for a finished fit.)
+    """
+    try:
+        while True:
+            try:
+                return sampler.wait(timeout=poll_s)
+            except TimeoutError:
+                continue
+    except BaseException:
+        sampler.cancel()
+        raise
 
 
 def _sample_numpyro(

@@ -115,14 +115,12 @@ def _write(df, out: str | None) -> None:
         ]
         print(df[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
         return
+    from specbayes.ingest.commands import write_table
+
     path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".parquet":
-        df.to_parquet(path, index=False)
-    elif path.suffix == ".csv" or path.name.endswith(".csv.gz"):
-        df.to_csv(path, index=False)
-    else:
+    if not (path.suffix in (".parquet", ".csv") or path.name.endswith(".csv.gz")):
         raise ValueError(f"--out must end in .csv, .csv.gz or .parquet; got {out}")
+    write_table(df, path)  # through a temporary file: nothing half-written if interrupted
     print(f"wrote {len(df)} rows to {path}", file=sys.stderr)
 
 
