@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
-from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.colors import BoundaryNorm, ListedColormap, to_rgb
 from matplotlib.patches import Patch, Rectangle
 
 from specbayes.intervals import INTERVAL_PROB
@@ -290,7 +290,8 @@ def plot_k_map(
     cbar.ax.set_yticklabels(["saturated"] + [("dense" if k == 0 else f"k={k}") for k in ks])
     if len(alphas) * len(rps) <= 120:
         for (i, a), (j, r) in ((p, q) for p in enumerate(alphas) for q in enumerate(rps)):
-            dark = np.dot(colors[idx[i, j]][:3] if idx[i, j] else (0.9,) * 3, (0.3, 0.6, 0.1))
+            rgb = to_rgb(colors[idx[i, j]]) if idx[i, j] else (0.9,) * 3
+            dark = np.dot(rgb, (0.3, 0.6, 0.1))  # any colour spec (dense's is a name)
             ax.text(
                 r,
                 a,

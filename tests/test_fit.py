@@ -249,8 +249,10 @@ def test_real_b200_sd_fit_is_healthy_and_covers_the_unsaturated_points():
 # ---------------------------------------------------------------------------------------------
 
 
-#: The pooled structure with a latent alpha (issue 42): R-hat 1.03 / 1.06 at the defaults on
-#: these sets (benchmarks/model_core.md) — strict, so a fix turns these into failures to unmark.
+#: The pooled structure with a latent alpha (issue 42): open loop still not healthy at the
+#: defaults (R-hat 1.01–1.02, bulk ESS 160–300 over seeds, benchmarks/model_core.md); the
+#: closed-loop set is since the drafter's zero-avoiding cost ratio — strict, so a fix turns
+#: the open-loop one into a failure to unmark.
 LATENT_POOLED = pytest.mark.xfail(
     reason="issue 42: the pooled structure's latent alpha is not healthy yet", strict=True
 )
@@ -263,7 +265,7 @@ LATENT_POOLED = pytest.mark.xfail(
         "dense",
         pytest.param("latent_alpha", marks=LATENT_POOLED),
         "closed_loop",
-        pytest.param("closed_loop_latent_alpha", marks=LATENT_POOLED),
+        "closed_loop_latent_alpha",
         "multi",
     ],
 )

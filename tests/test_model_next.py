@@ -175,8 +175,14 @@ def test_group_level_prior_from_the_roofline(demo_subset):
     prior = group_level_prior(other, pr, centre)
     (loc, scale), (loc_d, scale_d, relative) = prior["verifier"], prior["drafter"]
     assert loc[0, 0] == pr["coef_mu"]["c1p"]["mu"] and (scale == 2.0).all()
-    # an unknown drafter's costs: a ratio of the verifier's (drafter_ratio)
-    assert relative.all()
+    # an unknown drafter: the generic centre, or with drafter_ratio a ratio of the verifier's
+    assert not relative.any() and loc_d[0, 0] == pr["coef_mu"]["c1d"]["mu"]
+    ratio = merge_priors({"drafter_ratio": {"alpha": 2.0, "beta": 10.0}})
+    assert group_level_prior(other, ratio, centre)["drafter"][2].all()
+    model = build_model(other, {"drafter_ratio": {"alpha": 2.0, "beta": 10.0}})
+    assert model.named_vars_to_dims["drafter_log_ratio"] == ("drafter_rel",)
+    pp = pm.sample_prior_predictive(50, model=model, random_seed=1)
+    assert np.isfinite(pp.prior_predictive["log_latency"].values).all()
 
 
 def test_several_drafters_per_workload_pooled():

@@ -211,6 +211,13 @@ def test_save_and_load(pooled, tmp_path):
     np.testing.assert_array_equal(
         again.mean_latency(pooled.data).values, pooled.mean_latency(pooled.data).values
     )
+    # ... and the drafter's coefficients of a fitted and an unseen cell
+    rows = pooled.data[pooled.data["k"] > 0].head(1).drop(columns=["sweep"])
+    rows = pd.concat([rows, rows.assign(prefill=512.0, decode=512.0, cell="512x512")])
+    for c in ("c1d", "c2d", "c2v"):
+        np.testing.assert_array_equal(
+            again.coefficients(rows)[c].values, pooled.coefficients(rows)[c].values
+        )
     ds = az.from_netcdf(str(path))
     ds.attrs["specbayes_version"] = "0.0.0"
     ds.to_netcdf(str(tmp_path / "old.nc"))
@@ -232,10 +239,12 @@ def test_saved_artefact_is_slim_and_answers(pooled, tmp_path):
     again = load_fit(pooled.save(tmp_path / "fit.nc"))
     idata = again.idata
     assert "unconstrained_posterior" not in idata.groups()
-    assert "mu" not in idata.posterior and "coef_unit" not in idata.posterior
-    add_natural_scale(idata)  # coef_unit back, as the docstring of save says
-    np.testing.assert_array_equal(idata.posterior["coef_unit"], pooled.idata.posterior["coef_unit"])
-    idata.posterior = idata.posterior.drop_vars("coef_unit")
+    natural = ["coef_unit", "coef_draft_unit"]
+    assert "mu" not in idata.posterior and not set(natural) & set(idata.posterior)
+    add_natural_scale(idata)  # coef_unit (and the drafter's) back, as save's docstring says
+    for name in natural:
+        np.testing.assert_array_equal(idata.posterior[name], pooled.idata.posterior[name])
+    idata.posterior = idata.posterior.drop_vars(natural)
     for group in ("log_likelihood", "posterior_predictive"):
         assert idata[group]["log_latency"].dtype == np.float32, group
     for name, var in idata.posterior.data_vars.items():

@@ -655,8 +655,9 @@ class NextFit:
 #: Posterior variables the methods above read (``_post()``), stored exactly by
 #: :meth:`NextFit.save`; the save tests compare a loaded fit's answers with the original's.
 _ANSWER_VARIABLES = (
-    "log_c1", "log_c2", "log_coef", "unit_coef", "coefficients", "coef_mu", "trend",
-    "cell_sd", "tau", "noise_growth", "sigma", "alpha", "tokens_per_cycle",
+    "log_c1", "log_c2", "log_coef", "log_coef_draft", "unit_coef", "coefficients", "coef_mu",
+    "coef_mu_draft", "trend", "cell_sd", "tau", "noise_growth", "sigma", "alpha",
+    "tokens_per_cycle",
 )  # fmt: skip
 
 

@@ -326,8 +326,15 @@ def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.nda
     flat = pt.zeros(relative.size)
     if len(rel):
         pm.Model.get_context().add_coord("drafter_rel", [labels[i] for i in rel])
-        ratio = pm.Gamma("drafter_ratio", **pr["drafter_ratio"], dims="drafter_rel")
-        flat = pt.set_subtensor(flat[rel], verifier.ravel()[rel] + pt.log(ratio))
+        log_ratio = pm.CustomDist(
+            "drafter_log_ratio",
+            float(pr["drafter_ratio"]["alpha"]),
+            float(pr["drafter_ratio"]["beta"]),
+            logp=_log_gamma_logp,
+            random=_log_gamma_random,
+            dims="drafter_rel",
+        )
+        flat = pt.set_subtensor(flat[rel], verifier.ravel()[rel] + log_ratio)
     if len(known):
         pm.Model.get_context().add_coord("drafter_known", [labels[i] for i in known])
         level = pm.Normal(
@@ -337,6 +344,19 @@ def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.nda
     return pm.Deterministic(
         "coef_mu_draft", flat.reshape(relative.shape), dims=("draft_group", "coef_d")
     )
+
+
+def _log_gamma_logp(value, a, b):
+    r"""Log density of :math:`u = \log\rho`, :math:`\rho \sim \mathrm{Gamma}(a, b)` (rate
+    :math:`b`): :math:`a \log b - \log\Gamma(a) + a u - b e^{u}`. The log ratio is the
+    sampled value itself: a ``Gamma`` on its log axis followed by ``log`` left PyTensor a
+    ``log(exp(·))`` that it rewrote or not depending on the process's string hashing, so
+    two processes sampled different chains from one seed."""
+    return a * pt.log(b) - pt.gammaln(a) + a * value - b * pt.exp(value)
+
+
+def _log_gamma_random(a, b, rng=None, size=None):
+    return np.log(rng.gamma(a, 1.0 / b, size=size))
 
 
 def _cell_level(pr: dict, dim: str, names: list, mu, group: np.ndarray, trend, share, cell_sd):
@@ -373,10 +393,11 @@ def _sweep_alpha(design: Design, pr: dict):
     one per workload :math:`u` and drafter :math:`d` (its sweeps at several k identify it
     through :math:`E(\alpha, k)`), around a level :math:`m_d` of the drafter on that verifier
     and GPU: a drafter's acceptance is correlated across workloads (prior correlation
-    :math:`\sigma_m^2/(\sigma_m^2 + \sigma_c^2)`). The drafter level is also the sampled axis
-    of what the rows resolve worst — every workload's alpha rising together with the
-    drafter's cost per draft token (posterior correlation 0.96–0.98 between them when each
-    alpha was its own axis: ESS 130–200, R-hat up to 1.04, ``benchmarks/model_core.md``).
+    :math:`\sigma_m^2/(\sigma_m^2 + \sigma_c^2)`), so a workload swept at one k borrows from
+    the drafter's others. What the rows resolve worst is every workload's alpha rising with
+    the drafter's cost per draft token (posterior correlation 0.96–0.98); the level is that
+    common move's own axis, which alone did not make those fits healthy — the drafter cost's
+    zero-avoiding prior did most (``benchmarks/model_core.md``).
     """
     given = np.where(np.isfinite(design.alpha), design.alpha, 0.5)  # dense rows: unused
     latent = design.coords["draft_latent"]

@@ -24,16 +24,17 @@ Pooled structure (coefficients shared across sweeps)
     ``coef_mu``
         Normal prior of each group's log coefficient (one entry per coefficient).
     ``drafter_ratio``
-        Where the catalog does not know a drafter (or its verifier or GPU): the Gamma prior of
-        its group's cost ratios :math:`\rho_j = c_{jd}/c_{jv}` to the verifier on the same GPU
-        (mode 0.1, 90 % within 0.04–0.47: an EAGLE-3 head costs a few % of its verifier per
-        token, a draft model an eighth to a third). A drafter is a fraction of its verifier on
-        any GPU, so the ratio is what a prior can know without the catalog. Zero-avoiding: the
-        rows stop constraining a drafter's cost once it adds little to a pass, while every
-        workload's latent alpha can follow it down — under a log-normal (absolute centre, log
-        sd 2, or relative, log sd 1) that ridge ran into the prior's long left tail and mixed
-        badly (R-hat 1.02–1.04, bulk ESS 130–320 with latent alpha,
-        ``benchmarks/model_core.md``).
+        ``None`` (default): a drafter the catalog does not know takes the generic ``coef_mu``
+        entries for ``c1d, c2d``. A dict ``{"alpha": a, "beta": b}`` instead makes its costs a
+        ratio of the verifier's on the same GPU, :math:`c_{jd} = \rho_j c_{jv}`,
+        :math:`\rho_j \sim \mathrm{Gamma}(a, b)` (``{"alpha": 2, "beta": 10}``: mode 0.1, 90 %
+        within 0.04–0.47), sampled as its log (``drafter_log_ratio``). Zero-avoiding: with a
+        latent alpha the rows stop constraining a drafter's cost once it adds little to a pass
+        while every workload's alpha follows it down, and the generic log-normal's long left
+        tail is where those fits mixed worst (R-hat 1.04, bulk ESS 133; with the ratio 0–8
+        divergences, ESS 160–300, ``benchmarks/model_core.md``). Not the default: on the
+        default tier's simulated set it cost one divergence and bulk ESS 370 at the test's
+        seed, where the generic prior is healthy — neither makes latent alpha healthy yet.
     ``coef_mu_roofline_sigma``
         Log sd of a group's coefficient around its roofline magnitude
         (:func:`group_level_prior`, :mod:`specbayes.model_next.physics`), used instead of the
@@ -127,11 +128,13 @@ DEFAULT_PRIORS: dict[str, dict] = {
         "c1v": {"mu": np.log(0.01), "sigma": 2.0},
         "c2p": {"mu": np.log(0.005), "sigma": 2.0},
         "c2v": {"mu": np.log(5e-5), "sigma": 2.0},
+        "c1d": {"mu": np.log(0.002), "sigma": 2.0},
+        "c2d": {"mu": np.log(1e-5), "sigma": 2.0},
     },
     # where the catalog knows the verifier and GPU: its roofline magnitudes, this log sd
     "coef_mu_roofline_sigma": 1.0,
     # a drafter the catalog does not know: its costs relative to the verifier's
-    "drafter_ratio": {"alpha": 2.0, "beta": 10.0},
+    "drafter_ratio": None,
     "c1p_tie": 0.5,
     "trend": {"mu": 1.5, "sigma": 1.0},
     "alpha_logit": {"mu": 1.0, "sigma": 0.8, "cell_sigma": 0.6},
@@ -182,9 +185,9 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
     names_v, names_d = design.coords["coef_v"], design.coords["coef_d"]
     loc_v = np.array([[pr["coef_mu"][c]["mu"] for c in names_v]] * len(verifier))
     scale_v = np.array([[pr["coef_mu"][c]["sigma"] for c in names_v]] * len(verifier))
-    loc_d = np.zeros((len(drafter), len(names_d)))
-    scale_d = np.ones((len(drafter), len(names_d)))
-    relative = np.ones((len(drafter), len(names_d)), bool)
+    loc_d = np.array([[pr["coef_mu"][c]["mu"] for c in names_d]] * len(drafter))
+    scale_d = np.array([[pr["coef_mu"][c]["sigma"] for c in names_d]] * len(drafter))
+    relative = np.full((len(drafter), len(names_d)), pr["drafter_ratio"] is not None)
     known = pr["coef_mu_roofline_sigma"]
     for rows, loc, scale, names, rel in (
         (verifier, loc_v, scale_v, names_v, None),
