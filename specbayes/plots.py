@@ -168,6 +168,26 @@ def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98, title: 
     return fig
 
 
+def _mark_break_even(ax, break_even, planned, *, vertical: bool) -> None:
+    """The planned k's break-even load (median, dashed) and its interval (band), across a
+    load axis on x (``vertical``) or y; nothing when there is none."""
+    if break_even is None or not np.isfinite(break_even[0]):
+        return
+    med, lo, hi = break_even
+    color = k_color(planned) if planned else "black"
+    band, line = (ax.axvspan, ax.axvline) if vertical else (ax.axhspan, ax.axhline)
+    band(lo, hi, color=color, alpha=0.12, lw=0)
+    label = f"break-even {'' if vertical else 'load of '}k={planned}: {med:.3g} req/s "
+    label += f"({INTERVAL_PROB:.0%}: {lo:.3g}–{hi:.3g})"
+    line(
+        med,
+        color=color,
+        ls="--",
+        lw=1.4,
+        label=label + ("" if vertical else "; dense faster above"),
+    )
+
+
 def plot_speedup(
     tables: Mapping,
     *,
@@ -221,18 +241,7 @@ def plot_speedup(
                 label=None if marked else "curve ends: a server saturates in > 5 % of draws",
             )
             marked = True
-    if break_even is not None and np.isfinite(break_even[0]):
-        med, lo, hi = break_even
-        color = k_color(planned) if planned else "black"
-        ax.axvspan(lo, hi, color=color, alpha=0.12, lw=0)
-        ax.axvline(
-            med,
-            color=color,
-            ls="--",
-            lw=1.4,
-            label=f"break-even k={planned}: {med:.3g} req/s "
-            f"({INTERVAL_PROB:.0%}: {lo:.3g}–{hi:.3g})",
-        )
+    _mark_break_even(ax, break_even, planned, vertical=True)
     # dense is the baseline (speedup 1); where the headline recommends it, the line says so
     dense = _k_label(0, planned, recommended) + ": speedup 1" if 0 in (recommended or {}) else None
     ax.axhline(1.0, color=DENSE_COLOR, lw=1, ls="--", label=dense)
@@ -440,18 +449,7 @@ def plot_capacity(
             edgecolors="grey",
             label="open: above the highest measured load (extrapolated)",
         )
-    if break_even is not None and np.isfinite(break_even[0]):
-        med, lo, hi = break_even
-        color = k_color(planned) if planned else "black"
-        ax.axhspan(lo, hi, color=color, alpha=0.12, lw=0)
-        ax.axhline(
-            med,
-            color=color,
-            ls="--",
-            lw=1.4,
-            label=f"break-even load of k={planned}: {med:.3g} req/s "
-            f"({INTERVAL_PROB:.0%}: {lo:.3g}–{hi:.3g}); dense faster above",
-        )
+    _mark_break_even(ax, break_even, planned, vertical=False)
     if slo is not None:
         ax.axvline(slo, color="grey", ls=":", lw=1.2, label=f"headline SLO {slo:.3g} s")
     prob = curves.attrs.get("prob", 0.9)
