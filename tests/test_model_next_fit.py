@@ -30,6 +30,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import small_sweeps  # noqa: E402
 
+#: An SD arm of the demo subset the ``pooled`` fixture fits.
+DEMO_ARM = plan.Arm(
+    "Llama-3.1-8B", "H100-SXM", prefill=256, decode=256,
+    drafter="EAGLE3-Llama-3.1-8B", alpha=0.7, k=5,
+)  # fmt: skip
+
 
 def mock_fit(table: SweepTable, draws: int = 40, seed: int = 5) -> NextFit:
     """A NextFit whose 'posterior' is prior draws (2 chains), with sigma drawn as after NUTS."""
@@ -192,10 +198,7 @@ def test_inferred_alpha_reproduces_the_sweep(anchored):
 
 
 def test_planner_on_a_next_fit(pooled):
-    arm = plan.Arm(
-        "Llama-3.1-8B", "H100-SXM", prefill=256, decode=256,
-        drafter="EAGLE3-Llama-3.1-8B", alpha=0.7, k=5,
-    )  # fmt: skip
+    arm = DEMO_ARM
     table = plan.speedup(pooled, arm, rps=[0.0, 1.0])
     assert table["median"].notna().all()
     with pytest.raises(ValueError, match="drafter"):
@@ -264,10 +267,7 @@ def test_saved_artefact_is_slim_and_answers(pooled, tmp_path):
     az.plot_ppc(idata, num_pp_samples=20)
     plt.close("all")
     assert again.summary()["divergences"] == 0
-    arm = plan.Arm(
-        "Llama-3.1-8B", "H100-SXM", prefill=256, decode=256,
-        drafter="EAGLE3-Llama-3.1-8B", alpha=0.7, k=5,
-    )  # fmt: skip
+    arm = DEMO_ARM
     table = plan.speedup(again, arm, rps=[0.0, 1.0])
     assert table["median"].notna().all()
     pd.testing.assert_frame_equal(table, plan.speedup(pooled, arm, rps=[0.0, 1.0]))
