@@ -8,9 +8,11 @@ lengths, the arm's draft length and the per-token acceptance alpha derived from 
 per arm and load, the speedup ``L_dense / L_sd`` per load, and simulated / measured.
 
 A second, public sweep (Qwen3-32B on 2 x H200, TP 2, ~2048 prompt / ~256 output tokens, EAGLE-3
-k = 3, constant rate 1..4 req/s) is not in the repository; the facts quoted in issue 31 (dense
-p50 3.33 / 3.92 s at 1 / 2 req/s, acceptance length 2.2-2.7, the real speedup losing about a fifth
-from 1 to 4 req/s) are checked against the simulation at alpha 0.6 and 0.75.
+k = 3, constant rate 1..4 req/s) is not in the repository; the facts quoted in issues 31 and 40
+(dense p50 3.33 / 3.92 s at 1 / 2 req/s, SD speedup 1.44 at 1 req/s and 1.14 at 4 req/s,
+acceptance not reported) are checked at alpha 0.6, 0.65 and 0.75 (acceptance length 2.2-2.7).
+Issue 40 asks for the 1 req/s speedup within ±20 % of 1.44 and a fall of at least 15 % by
+4 req/s (``benchmarks/sd_load_shape.md`` records why the simulator does not reach it yet).
 
 The paper's cell (Kong et al. measured C1R < 1 everywhere and C2R > 1 except at alpha >= 0.9 for
 Qwen3-8B, 1024 x 1024): the Qwen3-8B 1024 x 1024 EAGLE-3 configurations of the ``paper`` design
@@ -116,15 +118,14 @@ def speedups(df: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-# Issue 31: the previous simulator gave 1.94 (alpha 0.6) and 2.36 (alpha 0.75) at light load,
-# "35-65 % above the measured one". Read as one measured value that the alpha range brackets
-# (alpha 0.6 -> +35 %, 0.75 -> +65 %), both ends give the same number: 1.94 / 1.35 = 1.437,
-# 2.36 / 1.65 = 1.430.
-# Paired the other way the bounds would be 1.94 / 1.65 = 1.18 and 2.36 / 1.35 = 1.75.
-H200_OLD_SIM = {0.6: 1.94, 0.75: 2.36}
-H200_MEASURED_LIGHT = (1.94 / 1.35 + 2.36 / 1.65) / 2.0
-H200_MEASURED_BOUNDS = (1.94 / 1.65, 2.36 / 1.35)
-H200_MIN_FALL = 0.08
+# Issue 40 quotes the measured speedups directly (acceptance not reported): 1.44 at 1 req/s and
+# 1.14 at 4 req/s, a fall of a fifth; it asks for an acceptance length in 2.2-2.7, the
+# light-load speedup within ±20 % of 1.44 and a fall of at least 15 % from 1 to 4 req/s.
+# (Issue 31 gave the same light-load value indirectly: 1.94 / 1.35 = 1.437, 2.36 / 1.65 = 1.430.)
+H200_ALPHAS = (0.6, 0.65, 0.75)
+H200_MEASURED_LIGHT = 1.44
+H200_MEASURED_HEAVY = 1.14
+H200_MIN_FALL = 0.15
 
 
 def h200_check(engine: EngineConfig | None = None, seed: int = 0) -> pd.DataFrame:
@@ -136,7 +137,7 @@ def h200_check(engine: EngineConfig | None = None, seed: int = 0) -> pd.DataFram
         )
         d = simulate_point("Qwen3-32B", engine=engine, **common)
         row = {"rps": rps, "dense_p50": d["latency_p50"], "dense_saturated": d["saturated"]}
-        for a in (0.6, 0.75):
+        for a in H200_ALPHAS:
             s = simulate_point("Qwen3-32B", k=3, alpha=a, engine=engine, **common)
             row[f"sd{a}_p50"] = s["latency_p50"]
             row[f"speedup{a}"] = d["latency_p50"] / s["latency_p50"]
@@ -157,7 +158,7 @@ def summary(engine: EngineConfig | None = None, seed: int = 0) -> dict:
         "B200 dense latency sim/real": f"{dense.latency_ratio.min():.2f}-"
         f"{dense.latency_ratio.max():.2f}",
     }
-    for a in (0.6, 0.75):
+    for a in H200_ALPHAS:
         s = h[f"speedup{a}"]
         out[f"H200 speedup at 1 req/s, alpha {a}"] = f"{s.iloc[0]:.2f}"
         out[f"H200 fall 1 -> 4 req/s, alpha {a}"] = f"{1 - s.iloc[-1] / s.iloc[0]:.0%}"
@@ -445,6 +446,17 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
         "dense_within": bool((dense.latency_ratio.sub(1).abs() <= TOLERANCE).all()),
         "dense_worst_ratio": (float(dense.latency_ratio.min()), float(dense.latency_ratio.max())),
     }
+    # issue 40: an SD arm's sim/real latency no more than 10 points below dense's at the same load
+    lat = df.set_index(["cell", "N"])
+    gaps = [
+        r.latency_ratio - lat[lat.arm == "none"].loc[(r.cell, r.N), "latency_ratio"]
+        for _, r in df[(df.arm != "none") & ~df.saturated].iterrows()
+    ]
+    arms = df[~df.saturated].latency_ratio
+    verdict["all_within"] = bool((arms.sub(1).abs() <= TOLERANCE).all())
+    verdict["all_worst_ratio"] = (float(arms.min()), float(arms.max()))
+    verdict["sd_vs_dense_gap"] = float(min(gaps))
+    verdict["sd_vs_dense"] = bool(min(gaps) >= -0.10)
     trend = []
     for (cell, arm), g in unsat.groupby(["cell", "arm"]):
         g = g.sort_values("N")
@@ -466,7 +478,7 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
     trend = pd.DataFrame(trend)
     verdict["trend"] = bool(trend["falls in both"].all())
     h200_rows = []
-    for a in (0.6, 0.75):
+    for a in H200_ALPHAS:
         light = float(h[f"speedup{a}"].iloc[0])
         fall = float(1 - h[f"speedup{a}"].iloc[-1] / light)
         verdict[f"h200_light_{a}"] = light
@@ -476,14 +488,14 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
             {
                 "alpha": a,
                 "sim speedup at 1 req/s": light,
-                "sim / measured 1.43": ratio,
+                "sim / measured 1.44": ratio,
                 "within ±20%": bool(abs(ratio - 1) <= TOLERANCE),
                 "fall 1 -> 4 req/s": f"{fall:.0%}",
-                "falls >= 8%": bool(fall >= H200_MIN_FALL),
+                "falls >= 15%": bool(fall >= H200_MIN_FALL),
             }
         )
     h200_table = pd.DataFrame(h200_rows)
-    verdict["h200"] = bool(h200_table["within ±20%"].all() and h200_table["falls >= 8%"].all())
+    verdict["h200"] = bool(h200_table["within ±20%"].all() and h200_table["falls >= 15%"].all())
     verdict.update(paper_cell_verdict(paper_cell))
     rev = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
@@ -547,29 +559,21 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
         "",
         _md_table(trend, {}),
         "",
-        "## 2. Qwen3-32B, 2 x H200 (TP 2), 2048 x 256, EAGLE-3 k = 3 (facts from issue 31)",
+        "## 2. Qwen3-32B, 2 x H200 (TP 2), 2048 x 256, EAGLE-3 k = 3 (issue 40's judged line)",
         "",
         "Constant-rate points, 400 requests; p50 end-to-end latency (s); "
         "speedup = dense p50 / SD p50. "
-        "Measured (issue 31, not in the repository): dense p50 3.33 s at 1 req/s and 3.92 s at "
-        "2 req/s; the real SD gain loses about a fifth by 4 req/s; the previous simulator's "
-        "light-load speedup (1.94 at alpha 0.6, 2.36 at alpha 0.75) was 35-65 % above the "
-        "measured one.",
-        "",
-        "**Measured light-load speedup, derived.** The issue quotes one measured speedup and an "
-        "excess range over the alpha range 0.6-0.75. Read in order (alpha 0.6 -> +35 %, "
-        "alpha 0.75 -> +65 %), both ends give the same value: 1.94 / 1.35 = 1.437 and "
-        "2.36 / 1.65 = 1.430, so the measured light-load speedup is "
-        f"**{H200_MEASURED_LIGHT:.2f}**; the ±20 % band is "
-        f"{0.8 * H200_MEASURED_LIGHT:.2f}-{1.2 * H200_MEASURED_LIGHT:.2f}. (Paired the other "
-        f"way the two ends disagree, {H200_MEASURED_BOUNDS[0]:.2f} and "
-        f"{H200_MEASURED_BOUNDS[1]:.2f}; that reading is not self-consistent, so it only bounds "
-        "the value.) The real arm's acceptance is not given; alpha 0.6 and 0.75 bracket the "
-        "acceptance length 2.2-2.7 the issue calls typical, so each is checked.",
+        "Measured (issues 31 and 40, not in the repository): dense p50 3.33 s at 1 req/s and "
+        f"3.92 s at 2 req/s; SD speedup {H200_MEASURED_LIGHT:.2f} at 1 req/s and "
+        f"{H200_MEASURED_HEAVY:.2f} at 4 req/s (acceptance not reported). Judged: at an "
+        "acceptance length in 2.2-2.7, the 1 req/s speedup within ±20 % of "
+        f"{H200_MEASURED_LIGHT:.2f} ({0.8 * H200_MEASURED_LIGHT:.2f}-"
+        f"{1.2 * H200_MEASURED_LIGHT:.2f}) and a fall of at least {H200_MIN_FALL:.0%} from 1 "
+        "to 4 req/s; alpha 0.6, 0.65 and 0.75 span that acceptance range.",
         "",
         _md_table(h, {c: ".3f" for c in h.columns if c != "rps"} | {"rps": ".1f"}),
         "",
-        _md_table(h200_table, {"sim speedup at 1 req/s": ".2f", "sim / measured 1.43": ".2f"}),
+        _md_table(h200_table, {"sim speedup at 1 req/s": ".2f", "sim / measured 1.44": ".2f"}),
         "",
         "## 3. The paper's cell: Qwen3-8B, 1024 x 1024, EAGLE-3",
         "",
@@ -635,11 +639,19 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
         f"* Dense latency within ±{TOLERANCE:.0%} at every real point: "
         f"**{verdict['dense_within']}** (sim/real from {verdict['dense_worst_ratio'][0]:.2f} "
         f"to {verdict['dense_worst_ratio'][1]:.2f}).",
-        f"* H200 sweep: simulated light-load (1 req/s) speedup {verdict['h200_light_0.6']:.2f} "
-        f"(alpha 0.6) / {verdict['h200_light_0.75']:.2f} (alpha 0.75) against the measured "
+        "* H200 sweep: simulated light-load (1 req/s) speedup "
+        + " / ".join(f"{verdict[f'h200_light_{a}']:.2f}" for a in H200_ALPHAS)
+        + f" (alpha {', '.join(map(str, H200_ALPHAS))}) against the measured "
         f"{H200_MEASURED_LIGHT:.2f}; fall from 1 to 4 req/s "
-        f"{verdict['h200_fall_0.6']:.0%} / {verdict['h200_fall_0.75']:.0%}; both criteria at "
-        f"both alphas: **{verdict['h200']}**.",
+        + " / ".join(f"{verdict[f'h200_fall_{a}']:.0%}" for a in H200_ALPHAS)
+        + f" (measured {1 - H200_MEASURED_HEAVY / H200_MEASURED_LIGHT:.0%}); both criteria at "
+        f"every alpha: **{verdict['h200']}**.",
+        f"* Latency within ±{TOLERANCE:.0%} at every unsaturated point of every arm: "
+        f"**{verdict['all_within']}** (sim/real from {verdict['all_worst_ratio'][0]:.2f} to "
+        f"{verdict['all_worst_ratio'][1]:.2f}).",
+        f"* Every unsaturated SD point's latency ratio at most 10 points below the dense arm's "
+        f"at the same load: **{verdict['sd_vs_dense']}** (worst gap "
+        f"{verdict['sd_vs_dense_gap']:+.2f}).",
         *(
             f"* Paper cell (3a), {key}"
             + (" at every alpha < 0.9 with k >= 2" if "C2R" in key else " in every configuration")
