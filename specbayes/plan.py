@@ -37,6 +37,7 @@ __all__ = [
     "compare",
     "cost_ratios",
     "effective_cost_draws",
+    "fitted_closed_loop",
     "measured_max_rps",
     "optimal_k",
     "replicas",
@@ -528,6 +529,18 @@ def _below_zero_load(arm: Arm, ks: np.ndarray, c1: np.ndarray, slo: float, prob:
         f"{text}, so no {load} meets it with probability {prob:g} — raise the SLO above "
         f"{zl['hi'][own]:.3g} s"
     )
+
+
+def fitted_closed_loop(fit: Any) -> bool:
+    """Whether every row the fit was fitted to is closed loop (a ``concurrency`` given).
+
+    Such a fit is planned in concurrency by default: its data say nothing about an open-loop
+    server's queueing, and its user's question is "at N streams".
+    """
+    data = getattr(fit, "data", None)
+    if data is None or "concurrency" not in data or not len(data):
+        return False
+    return bool(data["concurrency"].notna().all())
 
 
 def capacity(
