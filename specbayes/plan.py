@@ -19,6 +19,7 @@ quantities a capacity plan is about.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
     "optimal_k",
     "replicas",
     "speedup",
+    "stream_grid",
 ]
 
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
@@ -541,6 +543,20 @@ def fitted_closed_loop(fit: Any) -> bool:
     if data is None or "concurrency" not in data or not len(data):
         return False
     return bool(data["concurrency"].notna().all())
+
+
+def stream_grid(top: float) -> list[int]:
+    """Doubling stream counts 1, 2, 4, … up to ``top`` (64 when unknown): the concurrency
+    levels closed-loop sweeps are run at."""
+    top = top if np.isfinite(top) and top >= 1 else 64
+    return [2**i for i in range(math.floor(math.log2(top) + 1e-9) + 1)]
+
+
+def measured_streams(fit: Any, arm: Arm, pick=max) -> float:
+    """Highest measured concurrency of the arm's SD sweep and of its dense baseline, the
+    ``pick`` of the two (``NaN``: neither was measured closed loop)."""
+    measured = measured_max_rps(fit, arm, [0, arm.k], load="concurrency")
+    return pick(measured[np.isfinite(measured)], default=np.nan)
 
 
 def capacity(

@@ -246,12 +246,6 @@ def _print(name: str, table, closed: bool = False) -> None:
     print(f"\n== {title}\n{display(name, table).to_string(index=False)}")
 
 
-def stream_grid(top: float) -> list[int]:
-    """Doubling stream counts 1, 2, 4, … up to ``top`` (64 when unknown)."""
-    top = top if np.isfinite(top) and top >= 1 else 64
-    return [2**i for i in range(math.floor(math.log2(top) + 1e-9) + 1)]
-
-
 def closed_view(fit, args) -> bool:
     """Plan in concurrency: asked for, or the fit's rows are all closed loop and no --rps."""
     from specbayes import plan
@@ -271,7 +265,9 @@ def _load_grid(fit, arm, args, closed: bool) -> dict:
     from specbayes import laws, plan
 
     if closed:
-        return {"concurrency": args.concurrency or stream_grid(_measured_streams(fit, arm))}
+        return {
+            "concurrency": args.concurrency or plan.stream_grid(plan.measured_streams(fit, arm))
+        }
     dense = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
     sat = float(np.median(laws.saturation_rps(*dense)))
     return {"rps": args.rps or rate_grid(0.9 * sat)}
@@ -298,26 +294,6 @@ def _tables(fit, arm, args, closed: bool = False) -> dict:
         if args.total_rps is not None:
             tables["replicas"] = plan.replicas(fit, arm, args.total_rps, args.slo, **cap)
     return tables
-
-
-def n_star_line(table, prob: float = 0.9, beyond: float = np.nan) -> str:
-    """One sentence on the break-even concurrency of the arm's k (first row of ``table``);
-    ``beyond``: the highest measured concurrency, past which N* is an extrapolation."""
-    row = table.iloc[0]
-    if np.isfinite(row.n_star_median):
-        text = (
-            f"SD loses beyond N* = {row.n_star_median:.3g} streams ({prob:.0%} interval "
-            f"{row.n_star_lo:.3g}–{row.n_star_hi:.3g}; P(wins, then loses) "
-            f"{row.p_wins_then_loses:.2f})"
-        )
-        if row.n_star_median > beyond:  # the law trusted past the data
-            text += f" — beyond the highest measured {beyond:g} streams: extrapolated"
-    else:
-        text = "SD and dense cross at no stream count in most draws"
-    return (
-        f"{text}; P(always wins) {row.p_always_wins:.2f}, P(never wins) "
-        f"{row.p_never_wins:.2f}, P(loses, then wins) {row.p_loses_then_wins:.2f}"
-    )
 
 
 def _write_plan(out: Path, arm, tables: dict) -> None:
@@ -355,15 +331,6 @@ def _saturation_note(speedup) -> None:
         )
 
 
-def _measured_streams(fit, arm, pick=max) -> float:
-    """Highest measured concurrency of the arm's SD sweep and of its dense baseline, the
-    ``pick`` of the two (``NaN``: neither measured closed loop)."""
-    from specbayes import plan
-
-    measured = plan.measured_max_rps(fit, arm, [0, arm.k], load="concurrency")
-    return pick(measured[np.isfinite(measured)], default=np.nan)
-
-
 def run_plan(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir
 
@@ -393,8 +360,11 @@ def run_plan(args: argparse.Namespace) -> int:
             _print(name, t, closed)
     print(f"\n{LEGEND}")
     if closed:
+        from specbayes import plan
+        from specbayes.report import n_star_line
+
         # N* compares two curves: it is measured only as far as both arms are
-        print(n_star_line(tables["break_even"], beyond=_measured_streams(fit, arm, min)))
+        print(n_star_line(tables["break_even"], beyond=plan.measured_streams(fit, arm, min)))
     else:
         _saturation_note(tables["speedup"])
     cap = tables.get("capacity")
