@@ -250,11 +250,6 @@ def closed_view(fit, args) -> bool:
     """Plan in concurrency: asked for, or the fit's rows are all closed loop and no --rps."""
     from specbayes import plan
 
-    if args.rps is not None and args.concurrency is not None:
-        raise ValueError(
-            "--rps and --concurrency: one view at a time — request rates (open loop) or "
-            "stream counts (closed loop)"
-        )
     return args.concurrency is not None or (args.rps is None and plan.fitted_closed_loop(fit))
 
 
@@ -331,12 +326,25 @@ def _saturation_note(speedup) -> None:
         )
 
 
+def _n_star_note(fit, arm, break_even) -> None:
+    from specbayes import plan
+    from specbayes.report import n_star_line
+
+    # N* compares two curves: it is measured only as far as both arms are
+    print(n_star_line(break_even, beyond=plan.measured_streams(fit, arm, min)))
+
+
 def run_plan(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir
 
     if args.total_rps is not None and args.slo is None:
         raise ValueError(
             "--total-rps: replicas are sized under a latency SLO — give --slo SECONDS too"
+        )
+    if args.rps is not None and args.concurrency is not None:
+        raise ValueError(
+            "--rps and --concurrency: one view at a time — request rates (open loop) or "
+            "stream counts (closed loop)"
         )
     if args.out is not None:
         check_out_dir(args.out)
@@ -360,11 +368,7 @@ def run_plan(args: argparse.Namespace) -> int:
             _print(name, t, closed)
     print(f"\n{LEGEND}")
     if closed:
-        from specbayes import plan
-        from specbayes.report import n_star_line
-
-        # N* compares two curves: it is measured only as far as both arms are
-        print(n_star_line(tables["break_even"], beyond=plan.measured_streams(fit, arm, min)))
+        _n_star_note(fit, arm, tables["break_even"])
     else:
         _saturation_note(tables["speedup"])
     cap = tables.get("capacity")
