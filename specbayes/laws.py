@@ -31,8 +31,11 @@ __all__ = [
     "alpha_from_marginal",
     "batch_curvature",
     "break_even",
+    "break_even_concurrency",
     "break_even_rps",
     "closed_loop_latency",
+    "closed_loop_speedup",
+    "concurrency_at_latency",
     "cycle_cost",
     "effective_costs",
     "effective_curvature",
@@ -429,6 +432,25 @@ def closed_loop_latency(concurrency: Any, c1: Any, c2: Any, c3: Any = 0.0) -> An
     return c1 + concurrency * (c2 + concurrency * c3)
 
 
+def concurrency_at_latency(target: Any, c1: Any, c2: Any, c3: Any = 0.0) -> np.ndarray:
+    r"""Streams at which the closed-loop latency reaches ``target`` (inverse of
+    :func:`closed_loop_latency`).
+
+    :math:`C_1 + N C_2 + N^2 C_3 = L` solved for :math:`N \ge 0`:
+
+    .. math::  N = \frac{2 (L - C_1)}{C_2 + \sqrt{C_2^2 + 4 C_3 (L - C_1)}}
+
+    (:math:`(L - C_1)/C_2` without curvature; the rationalised root stays exact as
+    :math:`C_3 \to 0`); ``0`` where ``target <= C1``. A closed loop never saturates — its
+    latency grows without bound but stays finite — so every target has an answer.
+    """
+    target = np.asarray(target, dtype=float)
+    c1, c2, c3 = (np.asarray(a, dtype=float) for a in (c1, c2, c3))
+    excess = np.maximum(target - c1, 0.0)
+    with np.errstate(all="ignore"):
+        return 2.0 * excess / (c2 + np.sqrt(c2 * c2 + 4.0 * c3 * excess))
+
+
 def log_headroom(
     c1: Any,
     c2: Any,
@@ -711,6 +733,79 @@ def break_even(c1_ratio: Any, c2_ratio: Any) -> np.ndarray:
     with np.errstate(all="ignore"):
         r_star = (c1_ratio - 1.0) / (c1_ratio - c2_ratio)
     return np.where((r_star > 0.0) & (r_star < 1.0), r_star, np.nan)
+
+
+def closed_loop_speedup(
+    concurrency: Any,
+    c1_sd: Any,
+    c2_sd: Any,
+    c1_dense: Any,
+    c2_dense: Any,
+    c3_sd: Any = 0.0,
+    c3_dense: Any = 0.0,
+) -> np.ndarray:
+    r"""Speedup of SD over dense with ``N`` streams in flight in *both* (closed loop).
+
+    .. math::  S(N) = \frac{L_\mathrm{dense}(N)}{L_\mathrm{sd}(N)}
+               = \frac{C_{1,\mathrm{dense}} + N C_{2,\mathrm{dense}} + N^2 C_{3,\mathrm{dense}}}
+                      {C_{1,\mathrm{sd}} + N C_{2,\mathrm{sd}} + N^2 C_{3,\mathrm{sd}}}
+
+    (:func:`closed_loop_latency`). The two arms are compared at the same number of streams,
+    so by Little's law (throughput :math:`N/L`) this is also SD's throughput gain at ``N``.
+    Unlike the open loop nothing saturates: the ratio is finite at every ``N``.
+    """
+    l_dense = closed_loop_latency(concurrency, c1_dense, c2_dense, c3_dense)
+    l_sd = closed_loop_latency(concurrency, c1_sd, c2_sd, c3_sd)
+    with np.errstate(all="ignore"):
+        return np.asarray(l_dense / l_sd, dtype=float)
+
+
+def break_even_concurrency(
+    c1_sd: Any,
+    c2_sd: Any,
+    c1_dense: Any,
+    c2_dense: Any,
+    c3_sd: Any = 0.0,
+    c3_dense: Any = 0.0,
+) -> np.ndarray:
+    r"""Concurrency :math:`N^*` at which SD and dense closed-loop latencies cross.
+
+    Both arms run the same ``N`` streams (:func:`closed_loop_latency`); the gap
+    :math:`L_\mathrm{sd} - L_\mathrm{dense} = a N^2 + b N + c` with
+    :math:`a = C_{3,\mathrm{sd}} - C_{3,\mathrm{dense}}`, :math:`b = C_{2,\mathrm{sd}} -
+    C_{2,\mathrm{dense}}`, :math:`c = C_{1,\mathrm{sd}} - C_{1,\mathrm{dense}}` changes sign at
+    its smallest positive root. Without curvature
+
+    .. math::  N^* = \frac{C_{1,\mathrm{dense}} - C_{1,\mathrm{sd}}}
+                           {C_{2,\mathrm{sd}} - C_{2,\mathrm{dense}}}
+
+    Typical SD (:math:`C_{1R} < 1 < C_{2R}`) wins below :math:`N^*` streams and loses above.
+
+    Returns
+    -------
+    ndarray
+        :math:`N^*` (streams, continuous); ``NaN`` where the curves never cross at
+        :math:`N > 0` (SD wins at every concurrency, or at none) or only touch.
+    """
+    args = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (c1_sd, c2_sd, c1_dense, c2_dense, c3_sd, c3_dense))
+    )
+    c1s, c2s, c1d, c2d, c3s, c3d = args
+    a, b, c = c3s - c3d, c2s - c2d, c1s - c1d
+    with np.errstate(all="ignore"):
+        disc = b * b - 4.0 * a * c
+        root = np.sqrt(np.maximum(disc, 0.0))
+        # the stable pair of roots: q/a and c/q (no cancellation when b and root are close)
+        q = -0.5 * (b + np.where(b >= 0, root, -root))
+        r1 = np.where(a != 0, q / a, np.nan)
+        r2 = np.where(q != 0, c / q, np.nan)
+    roots = np.stack([r1, r2])
+    roots = np.where(np.isfinite(roots) & (roots > 0), roots, np.inf)
+    first = roots.min(axis=0)
+    # a double root only touches (no sign change); a root at N = 0 (c = 0) is a tie at no
+    # load, dropped with the negative ones above
+    crosses = np.isfinite(first) & (disc > 0)
+    return np.where(crosses, first, np.nan)
 
 
 #: Rates on which :func:`break_even_rps` looks for the first crossing of curved latencies.

@@ -19,6 +19,7 @@ quantities a capacity plan is about.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -37,10 +38,12 @@ __all__ = [
     "compare",
     "cost_ratios",
     "effective_cost_draws",
+    "fitted_closed_loop",
     "measured_max_rps",
     "optimal_k",
     "replicas",
     "speedup",
+    "stream_grid",
 ]
 
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
@@ -134,6 +137,24 @@ def _check_rps(rps: Any) -> np.ndarray:
     if r.size == 0 or np.any(~np.isfinite(r)) or np.any(r < 0):
         raise ValueError("request rates must be finite and >= 0")
     return r
+
+
+def _check_concurrency(concurrency: Any) -> np.ndarray:
+    n = np.atleast_1d(np.asarray(concurrency, dtype=float))
+    if n.size == 0 or np.any(~np.isfinite(n)) or np.any(n <= 0):
+        raise ValueError("concurrency (streams in flight) must be finite and > 0")
+    return n
+
+
+def _one_load(rps: Any, concurrency: Any) -> tuple[np.ndarray, bool]:
+    """The load grid and whether it is closed loop; exactly one of the two must be given."""
+    if (rps is None) == (concurrency is None):
+        raise ValueError(
+            "give exactly one of rps (open loop, req/s) or concurrency (closed loop, streams)"
+        )
+    if concurrency is not None:
+        return _check_concurrency(concurrency), True
+    return _check_rps(rps), False
 
 
 def _check_ks(ks: Iterable[int]) -> np.ndarray:
@@ -241,39 +262,46 @@ def _sd_and_dense(fit: Any, arm: Arm, k: Any = None):
 # ---------------------------------------------------------------------------------------------
 
 
-def speedup(fit: Any, arm: Arm, rps: Sequence[float], *, prob: float = INTERVAL_PROB):
+def speedup(
+    fit: Any,
+    arm: Arm,
+    rps: Sequence[float] | None = None,
+    *,
+    concurrency: Sequence[float] | None = None,
+    prob: float = INTERVAL_PROB,
+):
     r"""Speedup of an SD arm over dense on the same server and workload, vs load.
 
-    Per draw :math:`S(\lambda) = L_\mathrm{dense}(\lambda) / L_\mathrm{sd}(\lambda)`
-    (:func:`laws.speedup`). Where only the dense server is saturated the draw counts as a
+    Give exactly one load grid. Open loop (``rps``): per draw
+    :math:`S(\lambda) = L_\mathrm{dense}(\lambda) / L_\mathrm{sd}(\lambda)`
+    (:func:`laws.speedup`); where only the dense server is saturated the draw counts as a
     win (``inf``); where only SD is saturated, a loss (``0``); where both are, undefined.
+    Closed loop (``concurrency``, streams always in flight): per draw
+    :math:`S(N) = L_\mathrm{dense}(N) / L_\mathrm{sd}(N)` with *the same* ``N`` streams in
+    both arms (:func:`laws.closed_loop_speedup`) — also SD's throughput gain at ``N``; a
+    closed loop never saturates.
 
     Returns
     -------
     pandas.DataFrame
-        One row per rate: ``rps, mean, median, lo, hi, p_faster`` (P(S > 1)),
-        ``p_dense_saturated, p_sd_saturated``.
+        One row per load: ``rps`` (or ``concurrency``), ``mean, median, lo, hi, p_faster``
+        (P(S > 1)); open loop also ``p_dense_saturated, p_sd_saturated``.
     """
-    rps = _check_rps(rps)
+    load, closed = _one_load(rps, concurrency)
     if arm.k == 0:
         raise ValueError("speedup needs an SD arm (k >= 1); dense is the baseline")
     c1s, c2s, c3s, c1d, c2d, c3d = _sd_and_dense(fit, arm)
-    s = laws.speedup(
-        rps[None, :],
-        c1s[:, None],
-        c2s[:, None],
-        c1d[:, None],
-        c2d[:, None],
-        c3s[:, None],
-        c3d[:, None],
-    )
+    law = laws.closed_loop_speedup if closed else laws.speedup
+    costs = (c[:, None] for c in (c1s, c2s, c1d, c2d, c3s, c3d))
+    s = law(load[None, :], *costs)
     table = summarize(s, prob=prob)
-    table.insert(0, "rps", rps)
+    table.insert(0, "concurrency" if closed else "rps", load)
     table["p_faster"] = np.mean(s > 1.0, axis=0)
-    sat_d, sat_s = laws.saturation_rps(c1d, c2d, c3d), laws.saturation_rps(c1s, c2s, c3s)
-    table["p_dense_saturated"] = np.mean(rps[None, :] >= sat_d[:, None], axis=0)
-    table["p_sd_saturated"] = np.mean(rps[None, :] >= sat_s[:, None], axis=0)
-    table.attrs.update(arm=arm.label(), prob=prob, draws=s)
+    if not closed:
+        sat_d, sat_s = laws.saturation_rps(c1d, c2d, c3d), laws.saturation_rps(c1s, c2s, c3s)
+        table["p_dense_saturated"] = np.mean(load[None, :] >= sat_d[:, None], axis=0)
+        table["p_sd_saturated"] = np.mean(load[None, :] >= sat_s[:, None], axis=0)
+    table.attrs.update(arm=arm.label(), prob=prob, draws=s, closed_loop=closed)
     return table
 
 
@@ -311,14 +339,23 @@ def cost_ratios(
 
 
 def break_even(
-    fit: Any, arm: Arm, *, ks: Iterable[int] | None = None, prob: float = INTERVAL_PROB
+    fit: Any,
+    arm: Arm,
+    *,
+    ks: Iterable[int] | None = None,
+    closed_loop: bool = False,
+    prob: float = INTERVAL_PROB,
 ) -> pd.DataFrame:
-    r"""Break-even load :math:`r^*` and :math:`\mathrm{RPS}^*` per draft length, as draws.
+    r"""Break-even load per draft length, as draws: :math:`\mathrm{RPS}^*` or :math:`N^*`.
 
-    Per draw the two latency curves either cross once below the dense saturation rate
-    (:func:`laws.break_even_rps`: with batch curvature found numerically; without it
-    :math:`r^* = (C_{1R} - 1)/(C_{1R} - C_{2R})`, :func:`laws.break_even`) or never; the
-    never-crossing draws are reported as probabilities rather than hidden as ``NaN``:
+    Open loop (default): per draw the two latency curves either cross once below the dense
+    saturation rate (:func:`laws.break_even_rps`: with batch curvature found numerically;
+    without it :math:`r^* = (C_{1R} - 1)/(C_{1R} - C_{2R})`, :func:`laws.break_even`) or
+    never. ``closed_loop=True``: the concurrency :math:`N^*` — the same number of streams in
+    both arms — beyond which SD loses (:func:`laws.break_even_concurrency`; without
+    curvature :math:`N^* = (C_{1,\mathrm{dense}} - C_{1,\mathrm{sd}})/(C_{2,\mathrm{sd}} -
+    C_{2,\mathrm{dense}})`). The never-crossing draws are reported as probabilities rather
+    than hidden as ``NaN``:
 
     * ``p_always_wins`` — no crossing and :math:`C_{1R} < 1`: SD faster at every load the
       dense server can sustain (without curvature: :math:`C_{2R} \le 1`);
@@ -326,30 +363,42 @@ def break_even(
     * ``p_wins_then_loses`` / ``p_loses_then_wins`` — the crossing cases
       (:math:`C_{1R} < 1` / :math:`> 1`).
 
-    ``r_star`` is the crossing in units of the dense load, :math:`\mathrm{RPS}^* C_{2,
-    \mathrm{dense}}`. Intervals of ``rps_star`` and ``r_star`` are over the draws that cross.
+    Open loop: ``rps_star`` and ``r_star``, the crossing in units of the dense load
+    (:math:`\mathrm{RPS}^* C_{2,\mathrm{dense}}`), and ``dense_saturation_rps_median``;
+    closed loop: ``n_star`` (streams). Intervals are over the draws that cross.
     """
     ks = _check_ks([arm.k] if ks is None else ks)
     if np.any(ks == 0):
         raise ValueError("break-even compares SD (k >= 1) with dense")
     c1s, c2s, c3s, c1d, c2d, c3d = _sd_and_dense(fit, arm, k=ks)
     c1r = c1s / c1d[:, None]
-    rps_star = laws.break_even_rps(c1s, c2s, c1d[:, None], c2d[:, None], c3s, c3d[:, None])
-    r_star = rps_star * c2d[:, None]
-    cross = np.isfinite(rps_star)
+    dense = (c1d[:, None], c2d[:, None])
+    law = laws.break_even_concurrency if closed_loop else laws.break_even_rps
+    star = law(c1s, c2s, *dense, c3s, c3d[:, None])
+    cross = np.isfinite(star)
+    if closed_loop:
+        stars = _columns("n_star", star, ("median", "lo", "hi"), prob)
+    else:
+        stars = {
+            **_columns("rps_star", star, ("median", "lo", "hi"), prob),
+            **_columns("r_star", star * c2d[:, None], ("median", "lo", "hi"), prob),
+        }
     out = pd.DataFrame(
         dict(
             k=ks,
-            **_columns("rps_star", rps_star, ("median", "lo", "hi"), prob),
-            **_columns("r_star", r_star, ("median", "lo", "hi"), prob),
+            **stars,
             p_wins_then_loses=np.mean(cross & (c1r < 1), axis=0),
             p_loses_then_wins=np.mean(cross & (c1r > 1), axis=0),
             p_always_wins=np.mean(~cross & (c1r < 1), axis=0),
             p_never_wins=np.mean(~cross & (c1r >= 1), axis=0),
-            dense_saturation_rps_median=np.median(laws.saturation_rps(c1d, c2d, c3d)),
         )
     )
-    out.attrs.update(arm=arm.label(), prob=prob, rps_star_draws=rps_star)
+    if closed_loop:
+        out.attrs.update(n_star_draws=star)
+    else:
+        out["dense_saturation_rps_median"] = np.median(laws.saturation_rps(c1d, c2d, c3d))
+        out.attrs.update(rps_star_draws=star)
+    out.attrs.update(arm=arm.label(), prob=prob, closed_loop=closed_loop)
     return out
 
 
@@ -357,11 +406,16 @@ def optimal_k(
     fit: Any,
     arm: Arm,
     alphas: Sequence[float] | None,
-    rps: Sequence[float],
+    rps: Sequence[float] | None = None,
     *,
     ks: Iterable[int] = DEFAULT_KS,
+    concurrency: Sequence[float] | None = None,
 ) -> pd.DataFrame:
     r"""The k-table over an (alpha, load) grid.
+
+    The load is ``rps`` (open loop, :func:`laws.latency`) or ``concurrency`` (closed loop,
+    :func:`laws.closed_loop_latency`: every k runs the same streams), exactly one of them;
+    the table's load column is named after it.
 
     ``alphas=None`` plans at the arm's own acceptance: its ``alpha``, or — where the fit
     inferred it — its posterior draws, each draw with its own alpha (one grid row per load,
@@ -381,7 +435,7 @@ def optimal_k(
       expected relative latency lost against the per-draw best (over draws where the Bayes
       choice is unsaturated), and ``p_bayes_saturated``.
     """
-    rps = _check_rps(rps)
+    rps, closed = _one_load(rps, concurrency)
     ks = _check_ks(ks)
     inferred = alphas is None and arm.alpha is None
     if alphas is None:
@@ -394,9 +448,8 @@ def optimal_k(
         alphas = _check_alpha(np.atleast_1d(alphas))
         # shape (sample, alpha, k) -> latencies (sample, alpha, rps, k)
         c1, c2, c3 = effective_cost_draws(fit, arm, alpha=alphas[:, None], k=ks[None, :])
-    lat = laws.latency(
-        rps[None, None, :, None], c1[:, :, None, :], c2[:, :, None, :], c3[:, :, None, :]
-    )
+    law = laws.closed_loop_latency if closed else laws.latency
+    lat = law(rps[None, None, :, None], c1[:, :, None, :], c2[:, :, None, :], c3[:, :, None, :])
     best_idx = np.argmin(lat, axis=-1)
     best_lat = np.min(lat, axis=-1)
     with np.errstate(invalid="ignore"):
@@ -413,7 +466,7 @@ def optimal_k(
                 med = np.quantile(lat[:, i, j, :], 0.5, axis=0, method="inverted_cdf")
                 order = np.lexsort((med, p_sat))
                 k_idx = int(order[0]) if p_sat[order[0]] < 1.0 else -1
-            row: dict[str, Any] = dict(alpha=a, rps=r)
+            row: dict[str, Any] = {"alpha": a, "concurrency" if closed else "rps": r}
             if inferred:
                 row["alpha_inferred"] = True
             all_sat = ~np.isfinite(best_lat[:, i, j])
@@ -439,15 +492,16 @@ def optimal_k(
     return out
 
 
-def measured_max_rps(fit: Any, arm: Arm, ks: Iterable[int]) -> np.ndarray:
-    """Highest fitted request rate of the arm's verifier, hardware and cell, per k.
+def measured_max_rps(fit: Any, arm: Arm, ks: Iterable[int], *, load: str = "rps") -> np.ndarray:
+    """Highest fitted load (``load``: ``"rps"`` or ``"concurrency"``) of the arm's verifier,
+    hardware and cell, per k.
 
     Any alpha counts (and any drafter for ``k = 0``); ``NaN`` where the fit has no row of that
-    k. A decision at a higher rate extrapolates the latency law beyond the data.
+    k. A decision at a higher load extrapolates the latency law beyond the data.
     """
     data = getattr(fit, "data", None)
     ks = np.asarray(list(ks))
-    if data is None:
+    if data is None or load not in data:
         return np.full(ks.shape, np.nan)
     cell = arm.cell or f"{round(arm.prefill)}x{round(arm.decode)}"
     rows = data[
@@ -455,8 +509,54 @@ def measured_max_rps(fit: Any, arm: Arm, ks: Iterable[int]) -> np.ndarray:
     ]
     if arm.drafter is not None:
         rows = rows[(rows.k == 0) | (rows.drafter == arm.drafter)]
-    top = rows.groupby("k")["rps"].max()
+    top = rows.groupby("k")[load].max()
     return np.array([top.get(int(k), np.nan) for k in ks], dtype=float)
+
+
+def _below_zero_load(arm: Arm, ks: np.ndarray, c1: np.ndarray, slo: float, prob: float, closed):
+    """The one-line error of an SLO no load meets: zero-load latencies of the arm's k."""
+    zl = summarize(c1, prob=prob)
+    best = int(np.argmin(zl["median"]))
+    # the arm's own k first (the one asked about), then the fastest candidate if another
+    own = int(np.flatnonzero(ks == arm.k)[0]) if arm.k in ks else best
+    text = (
+        f"k={ks[own]} takes {zl['median'][own]:.3g} s (90 % interval "
+        f"{zl['lo'][own]:.3g}–{zl['hi'][own]:.3g} s)"
+    )
+    if own != best:
+        text += f"; the fastest candidate, k={ks[best]}, {zl['median'][best]:.3g} s"
+    at, load = ("~0 streams", "stream count") if closed else ("~0 req/s", "rate")
+    return ValueError(
+        f"SLO {slo:g} s is below the zero-load latency of {arm.label()}: even at {at} "
+        f"{text}, so no {load} meets it with probability {prob:g} — raise the SLO above "
+        f"{zl['hi'][own]:.3g} s"
+    )
+
+
+def fitted_closed_loop(fit: Any) -> bool:
+    """Whether every row the fit was fitted to is closed loop (a ``concurrency`` given).
+
+    Such a fit is planned in concurrency by default: its data say nothing about an open-loop
+    server's queueing, and its user's question is "at N streams".
+    """
+    data = getattr(fit, "data", None)
+    if data is None or "concurrency" not in data or not len(data):
+        return False
+    return bool(data["concurrency"].notna().all())
+
+
+def stream_grid(top: float) -> list[int]:
+    """Doubling stream counts 1, 2, 4, … up to ``top`` (64 when unknown): the concurrency
+    levels closed-loop sweeps are run at."""
+    top = top if np.isfinite(top) and top >= 1 else 64
+    return [2**i for i in range(math.floor(math.log2(top) + 1e-9) + 1)]
+
+
+def measured_streams(fit: Any, arm: Arm, pick=max) -> float:
+    """Highest measured concurrency of the arm's SD sweep and of its dense baseline, the
+    ``pick`` of the two (``NaN``: neither was measured closed loop)."""
+    measured = measured_max_rps(fit, arm, [0, arm.k], load="concurrency")
+    return pick(measured[np.isfinite(measured)], default=np.nan)
 
 
 def capacity(
@@ -466,15 +566,23 @@ def capacity(
     *,
     prob: float = 0.9,
     ks: Iterable[int] = DEFAULT_KS,
+    closed_loop: bool = False,
 ) -> pd.DataFrame:
-    r"""Highest request rate whose mean latency stays under an SLO with probability ``prob``.
+    r"""Highest load whose mean latency stays under an SLO with probability ``prob``.
 
-    :math:`L(\lambda)` rises with λ, so per draw :math:`L(\lambda) \le \mathrm{SLO}` exactly
-    when :math:`\lambda \le \lambda_\mathrm{SLO}` (:func:`laws.rps_at_latency`:
-    :math:`(1 - C_1/\mathrm{SLO})/C_2` without batch curvature; never when
-    :math:`C_1 \ge \mathrm{SLO}`). Hence
-    :math:`P(L(\lambda) \le \mathrm{SLO}) \ge p \iff \lambda \le Q_{1-p}(\lambda_\mathrm{SLO})`:
-    the capacity is the :math:`(1-p)` quantile of the draws of :math:`\lambda_\mathrm{SLO}`.
+    Open loop, the request rate: :math:`L(\lambda)` rises with λ, so per draw
+    :math:`L(\lambda) \le \mathrm{SLO}` exactly when :math:`\lambda \le
+    \lambda_\mathrm{SLO}` (:func:`laws.rps_at_latency`: :math:`(1 - C_1/\mathrm{SLO})/C_2`
+    without batch curvature; never when :math:`C_1 \ge \mathrm{SLO}`). Hence
+    :math:`P(L(\lambda) \le \mathrm{SLO}) \ge p \iff \lambda \le
+    Q_{1-p}(\lambda_\mathrm{SLO})`: the capacity is the :math:`(1-p)` quantile of the
+    draws of :math:`\lambda_\mathrm{SLO}`.
+
+    ``closed_loop=True``, the stream count: :math:`L(N)` rises with N likewise
+    (:func:`laws.concurrency_at_latency`), so the capacity is the :math:`(1-p)` quantile of
+    :math:`N_\mathrm{SLO}`, rounded down to whole streams (a server's max concurrency is an
+    integer), with the throughput those streams deliver, :math:`N/L(N)` (Little's law),
+    at probability ``prob``.
 
     Returns
     -------
@@ -484,13 +592,15 @@ def capacity(
         ``zero_load_latency_median``, ``max_measured_rps`` and ``extrapolated`` (the
         capacity lies above every fitted rate of that k on this workload: the latency law
         is being trusted beyond the data — servers often bend upward there, e.g. when
-        verification turns compute-bound or the batch hits ``max_num_seqs``).
+        verification turns compute-bound or the batch hits ``max_num_seqs``). Closed loop:
+        ``capacity_streams, median_streams, throughput_rps, max_measured_concurrency``
+        in place of the ``*_rps`` columns.
 
     Raises
     ------
     ValueError
         If the SLO is not positive, ``prob`` is not in (0, 1), or the SLO lies below the
-        zero-load latency of every candidate with probability ``prob`` (no rate meets it).
+        zero-load latency of every candidate with probability ``prob`` (no load meets it).
     """
     if not slo_latency > 0:
         raise ValueError("the latency SLO must be > 0 seconds")
@@ -498,36 +608,32 @@ def capacity(
         raise ValueError("prob must lie in (0, 1)")
     ks = _check_ks(ks)
     c1, c2, c3 = effective_cost_draws(fit, arm, k=ks)
-    lam = laws.rps_at_latency(slo_latency, c1, c2, c3)
-    cap = np.quantile(lam, 1.0 - prob, axis=0, method="inverted_cdf")
+    inverse = laws.concurrency_at_latency if closed_loop else laws.rps_at_latency
+    load = inverse(slo_latency, c1, c2, c3)
+    cap = np.quantile(load, 1.0 - prob, axis=0, method="inverted_cdf")
+    median = np.quantile(load, 0.5, axis=0, method="inverted_cdf")
+    if closed_loop:
+        cap, median = np.floor(cap).astype(int), np.floor(median).astype(int)
+    unit = "streams" if closed_loop else "rps"
     out = pd.DataFrame(
-        dict(
-            k=ks,
-            capacity_rps=cap,
-            median_rps=np.quantile(lam, 0.5, axis=0, method="inverted_cdf"),
-            p_slo_feasible=np.mean(c1 < slo_latency, axis=0),
-            zero_load_latency_median=np.median(c1, axis=0),
-        )
+        {
+            "k": ks,
+            f"capacity_{unit}": cap,
+            f"median_{unit}": median,
+            "p_slo_feasible": np.mean(c1 < slo_latency, axis=0),
+            "zero_load_latency_median": np.median(c1, axis=0),
+        }
     )
-    out["max_measured_rps"] = measured_max_rps(fit, arm, ks)
-    out["extrapolated"] = ~(out["capacity_rps"] <= out["max_measured_rps"])
+    if closed_loop:
+        with np.errstate(all="ignore"):
+            tput = cap / laws.closed_loop_latency(cap, c1, c2, c3)
+        out["throughput_rps"] = np.quantile(tput, 1.0 - prob, axis=0, method="inverted_cdf")
+    measured = "concurrency" if closed_loop else "rps"
+    out[f"max_measured_{measured}"] = measured_max_rps(fit, arm, ks, load=measured)
+    out["extrapolated"] = ~(out[f"capacity_{unit}"] <= out[f"max_measured_{measured}"])
     if not np.any(cap > 0):
-        zl = summarize(c1, prob=prob)
-        best = int(np.argmin(zl["median"]))
-        # the arm's own k first (the one asked about), then the fastest candidate if another
-        own = int(np.flatnonzero(ks == arm.k)[0]) if arm.k in ks else best
-        text = (
-            f"k={ks[own]} takes {zl['median'][own]:.3g} s (90 % interval "
-            f"{zl['lo'][own]:.3g}–{zl['hi'][own]:.3g} s)"
-        )
-        if own != best:
-            text += f"; the fastest candidate, k={ks[best]}, {zl['median'][best]:.3g} s"
-        raise ValueError(
-            f"SLO {slo_latency:g} s is below the zero-load latency of {arm.label()}: even at "
-            f"~0 req/s {text}, so no rate meets it with probability {prob:g} — raise the SLO "
-            f"above {zl['hi'][own]:.3g} s"
-        )
-    out.attrs.update(arm=arm.label(), slo=slo_latency, prob=prob)
+        raise _below_zero_load(arm, ks, c1, slo_latency, prob, closed_loop)
+    out.attrs.update(arm=arm.label(), slo=slo_latency, prob=prob, closed_loop=closed_loop)
     return out
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "default_arm",
     "excluded_table",
     "markdown_table",
+    "n_star_line",
     "resolve_arm",
     "write_report",
 ]
@@ -103,6 +104,46 @@ class Headline:
     slo: float
     capacity: pd.DataFrame
     lines: list[str] = field(default_factory=list)
+    #: closed-loop fits: the speedup per stream count and the break-even concurrency row
+    closed_loop: pd.DataFrame | None = None
+    n_star: pd.Series | None = None
+
+
+def n_star_line(table: pd.DataFrame, prob: float = INTERVAL_PROB, beyond: float = np.nan) -> str:
+    """One sentence on the break-even concurrency of ``plan.break_even(..., closed_loop=True)``
+    (its first row); ``beyond``: the highest measured concurrency, past which N* is an
+    extrapolation."""
+    row = table.iloc[0]
+    if np.isfinite(row.n_star_median):
+        text = (
+            f"SD loses beyond N* = {row.n_star_median:.3g} streams ({prob:.0%} interval "
+            f"{row.n_star_lo:.3g}–{row.n_star_hi:.3g}; P(wins, then loses) "
+            f"{row.p_wins_then_loses:.2f})"
+        )
+        if row.n_star_median > beyond:  # the law trusted past the data
+            text += f" — beyond the highest measured {beyond:g} streams: extrapolated"
+    else:
+        text = "SD and dense cross at no stream count in most draws"
+    return (
+        f"{text}; P(always wins) {row.p_always_wins:.2f}, P(never wins) "
+        f"{row.p_never_wins:.2f}, P(loses, then wins) {row.p_loses_then_wins:.2f}"
+    )
+
+
+def _closed_loop_view(fit, arm, head: Headline) -> None:
+    """A closed-loop fit's answers in streams: speedup per N (the same N in both arms) and
+    N*, put on ``head`` and first among its lines (the fit's users asked "at N streams")."""
+    if not plan.fitted_closed_loop(fit):
+        return
+    head.closed_loop = plan.speedup(
+        fit, arm, concurrency=plan.stream_grid(plan.measured_streams(fit, arm))
+    )
+    be = plan.break_even(fit, arm, closed_loop=True)
+    head.n_star = be.iloc[0]
+    line = n_star_line(be, beyond=plan.measured_streams(fit, arm, min))
+    head.lines.insert(
+        0, f"Break-even concurrency (closed loop, the same N streams in both): {line}."
+    )
 
 
 def _beyond(row: pd.Series) -> str:
@@ -262,6 +303,10 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     alphas = np.unique(np.append(np.round(np.arange(0.5, 1.0001, 0.05), 2), k_arm.alpha))
     ktab = plan.optimal_k(fit, k_arm, alphas, np.linspace(0.02 * sat, 0.95 * sat_safe, 12))
     head = _headline(fit, arm if arm.k else replace(k_arm, k=1), ktab, slo, prob)
+    _closed_loop_view(fit, arm if arm.k else replace(k_arm, k=1), head)
+    if head.closed_loop is not None:
+        head.closed_loop.to_csv(out / "speedup_concurrency.csv", index=False)
+        written.append("speedup_concurrency.csv")
 
     # every figure shows the planned k and the headline's recommended ones, in their colours
     roles = _recommended(head)
@@ -346,7 +391,17 @@ def _headline_json(arm: plan.Arm, head: Headline, slo: float) -> str:
             k_high=head.k_high,
             slo=slo,
             capacity=head.capacity.to_dict(orient="records"),
+            **_closed_loop_json(head),
         )
+    )
+
+
+def _closed_loop_json(head: Headline) -> dict:
+    if head.closed_loop is None:
+        return {}
+    return dict(
+        break_even_concurrency=head.n_star.to_dict(),
+        speedup_concurrency=head.closed_loop.to_dict(orient="records"),
     )
 
 
@@ -511,6 +566,32 @@ _FIGURES = {
 }
 
 
+def _closed_loop_section(head: Headline) -> list[str]:
+    """Speedup per stream count, for a fit whose rows are all closed loop."""
+    if head.closed_loop is None:
+        return []
+    t = head.closed_loop
+    table = pd.DataFrame(
+        {
+            "streams N": t["concurrency"].astype(int),
+            "speedup median": t["median"],
+            "90% lo": t["lo"],
+            "90% hi": t["hi"],
+            "P(SD faster)": t["p_faster"],
+        }
+    )
+    return [
+        "## Closed loop: speedup per stream count",
+        "",
+        "The fitted sweeps are all closed loop (N streams always in flight), so the plan is "
+        "in streams: SD and dense at the same N. There the speedup L_dense / L_SD is also "
+        "SD's throughput gain (Little's law, N / L).",
+        "",
+        markdown_table(table),
+        "",
+    ]
+
+
 def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
     lines = [
         "# specbayes report",
@@ -525,6 +606,7 @@ def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
         "",
         *[f"- {line}" for line in head.lines],
         "",
+        *_closed_loop_section(head),
         *_excluded_section(getattr(fit, "excluded", None)),
         *_health_section(fit),
         "## Figures",

@@ -170,6 +170,15 @@ CASES = [
     ("plan-alphas", "plan fit.nc --alphas 0.5,2", "--alphas", []),
     ("plan-rps-negative", "plan fit.nc --rps=-1,2", "--rps", []),
     ("plan-slo-negative", "plan fit.nc --slo=-5", "--slo", []),
+    ("plan-rps-and-concurrency", "plan fit.nc --rps 1 --concurrency 4", "one view at a", []),
+    ("plan-concurrency-zero", "plan fit.nc --concurrency 0,4", "--concurrency", []),
+    ("plan-concurrency-negative", "plan fit.nc --concurrency=-4", "--concurrency", []),
+    (
+        "plan-concurrency-total-rps",
+        "plan fit.nc --concurrency 4 --slo 5 --total-rps 40",
+        "--total-rps: replicas are sized for an open-loop",
+        [],
+    ),
     ("plan-slo-below-zero-load", "plan fit.nc --slo 0.01 --out p", "raise the slo", ["p"]),
     ("plan-no-fit", "plan", "required: fit", []),
     # -- report --------------------------------------------------------------------------------
@@ -343,6 +352,31 @@ def _strict(text: str):
         raise ValueError(f"{constant} is not JSON")
 
     return json.loads(text, parse_constant=refuse)
+
+
+def test_plan_in_concurrency_prints_n_star(ws, monkeypatch, capsys):
+    monkeypatch.chdir(ws)
+    argv = ["plan", "fit.nc", "--k", "3", "--concurrency", "1,4,16", "--slo", "30"]
+    assert run_cli([*argv, "--out", "pc"]) == 0
+    out = capsys.readouterr().out
+    assert "same N streams in both" in out and "streams N" in out
+    assert "break-even concurrency N*" in out and "N* median (streams)" in out
+    assert "SD loses beyond N* = " in out or "cross at no stream count" in out
+    assert "capacity (streams)" in out and "(req/s)" not in out.split("== capacity")[0]
+    doc = _strict((ws / "pc" / "plan.json").read_text())
+    assert [r["concurrency"] for r in doc["tables"]["speedup"]] == [1, 4, 16]
+    assert "n_star_median" in doc["tables"]["break_even"][0]
+
+
+def test_plan_defaults_to_concurrency_for_a_closed_loop_fit(ws, monkeypatch, capsys):
+    monkeypatch.chdir(ws)
+    monkeypatch.setattr("specbayes.plan.fitted_closed_loop", lambda fit: True)
+    assert run_cli(["plan", "fit.nc", "--k", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "closed loop: N streams always in flight" in out and "N* median" in out
+    assert run_cli(["plan", "fit.nc", "--k", "3", "--rps", "1,2"]) == 0  # --rps: open loop
+    out = capsys.readouterr().out
+    assert "closed loop" not in out and "RPS* median" in out
 
 
 def test_plan_cell_sets_the_workload_and_writes_strict_json(ws, monkeypatch, capsys):

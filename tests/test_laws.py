@@ -55,6 +55,49 @@ def test_worked_example_speedups():
     assert laws.break_even_rps(C1_A, C2_A, C1_DENSE, C2_DENSE) == pytest.approx(8.86, abs=0.01)
 
 
+def test_worked_example_closed_loop_break_even():
+    # docs/model.md §4: run closed loop, the same servers cross at N* = 0.42 / 0.015 = 28
+    n_star = laws.break_even_concurrency(C1_A, C2_A, C1_DENSE, C2_DENSE)
+    assert n_star == pytest.approx(28.0)
+    assert laws.closed_loop_speedup(n_star, C1_A, C2_A, C1_DENSE, C2_DENSE) == pytest.approx(1.0)
+    assert laws.closed_loop_speedup(4.0, C1_A, C2_A, C1_DENSE, C2_DENSE) > 1.0
+    assert laws.closed_loop_speedup(64.0, C1_A, C2_A, C1_DENSE, C2_DENSE) < 1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(pos, pos, pos, pos, st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_break_even_concurrency_is_the_first_crossing(c1s, c2s, c1d, c2d, c3s, c3d):
+    n = laws.break_even_concurrency(c1s, c2s, c1d, c2d, c3s, c3d)
+
+    def gap(x):
+        sd = laws.closed_loop_latency(x, c1s, c2s, c3s)
+        return sd - laws.closed_loop_latency(x, c1d, c2d, c3d)
+
+    def one_sign(x):
+        signs = np.sign(gap(x))
+        return np.all(signs[signs != 0] == signs[signs != 0][:1])
+
+    if np.isfinite(n):
+        assert n > 0
+        assert abs(gap(n)) <= 1e-8 * laws.closed_loop_latency(n, c1d, c2d, c3d)
+        assert one_sign(n * np.geomspace(1e-9, 1 - 1e-6, 200))  # nothing crosses before it
+    else:  # no crossing at N > 0 (or a mere touch): one sign from near zero to far out
+        assert one_sign(np.geomspace(1e-6, 1e6, 400))
+
+
+def concurrency_inverse_roundtrip_cases():
+    return [(3.0, 1.0, 0.2, 0.0), (3.0, 1.0, 0.2, 0.01), (0.5, 1.0, 0.2, 0.0)]
+
+
+@pytest.mark.parametrize(("target", "c1", "c2", "c3"), concurrency_inverse_roundtrip_cases())
+def test_concurrency_at_latency_inverts_closed_loop(target, c1, c2, c3):
+    n = laws.concurrency_at_latency(target, c1, c2, c3)
+    if target <= c1:
+        assert n == 0.0
+    else:
+        assert laws.closed_loop_latency(n, c1, c2, c3) == pytest.approx(target)
+
+
 def test_worked_example_dense_latencies():
     np.testing.assert_allclose(
         laws.latency(np.array([10.0, 12.0, 13.0]), C1_DENSE, C2_DENSE),

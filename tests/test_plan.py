@@ -162,3 +162,92 @@ def test_resolve_arm_takes_the_cells_tokens_and_refuses_unmeasured_pairs():
         resolve_arm(fit, cell="chat")
     with pytest.raises(ValueError, match="give one or the other"):
         resolve_arm(fit, cell="1024x256", decode=512)
+
+
+# --- closed loop (concurrency): the same N streams in both arms ------------------------------
+
+STREAMS = np.array([1.0, 4.0, 16.0, 64.0])
+
+
+def test_speedup_in_concurrency_equals_closed_loop_law(draws_fit):
+    table = plan.speedup(draws_fit, ARM, concurrency=STREAMS)
+    c1s, c2s = costs(draws_fit, 0.75, 6)
+    c1d, c2d = costs(draws_fit, 0.75, 0)
+    lat_d = laws.closed_loop_latency(STREAMS[None, :], c1d[:, None], c2d[:, None])
+    s = lat_d / laws.closed_loop_latency(STREAMS[None, :], c1s[:, None], c2s[:, None])
+    assert list(table.columns[:1]) == ["concurrency"] and "p_sd_saturated" not in table
+    assert table.shape[0] == STREAMS.size
+    np.testing.assert_allclose(table["mean"], s.mean(axis=0))
+    np.testing.assert_allclose(table["p_faster"], (s > 1).mean(axis=0))
+    assert (table["lo"] <= table["median"]).all() and (table["median"] <= table["hi"]).all()
+
+
+def test_break_even_concurrency_is_the_closed_loop_crossing(draws_fit):
+    table = plan.break_even(draws_fit, ARM, ks=[2, 6], closed_loop=True)
+    c1s, c2s = costs(draws_fit, 0.75, np.array([2, 6]))
+    c1d, c2d = costs(draws_fit, 0.75, 0)
+    n_star = table.attrs["n_star_draws"]
+    # no curvature here: N* = (C1 dense - C1 sd) / (C2 sd - C2 dense), draw by draw
+    expected = (c1d[:, None] - c1s) / (c2s - c2d[:, None])
+    np.testing.assert_allclose(n_star, np.where(expected > 0, expected, np.nan))
+    np.testing.assert_allclose(
+        table["n_star_median"], np.nanquantile(n_star, 0.5, axis=0, method="inverted_cdf")
+    )
+    assert (table["n_star_lo"] <= table["n_star_median"]).all()
+    assert (table["n_star_median"] <= table["n_star_hi"]).all()
+    probs = table[["p_wins_then_loses", "p_loses_then_wins", "p_always_wins", "p_never_wins"]]
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-12)
+    assert "rps_star_median" not in table
+    # the speedup is exactly 1 at each draw's N*
+    ok = np.isfinite(n_star[:, 1])
+    s = laws.closed_loop_speedup(n_star[ok, 1], c1s[ok, 1], c2s[ok, 1], c1d[ok], c2d[ok])
+    np.testing.assert_allclose(s, 1.0, rtol=1e-9)
+
+
+def test_break_even_concurrency_law_with_curvature():
+    # SD cheaper at zero load, flatter per stream, but more curved: it loses past the root
+    # of 0.01 N^2 - 0.5 = 0 only
+    n = laws.break_even_concurrency(1.0, 0.1, 1.5, 0.1, 0.01, 0.0)
+    assert n == pytest.approx(np.sqrt(50.0))
+    assert np.isnan(laws.break_even_concurrency(1.0, 0.05, 1.5, 0.1))  # always wins
+    assert np.isnan(laws.break_even_concurrency(2.0, 0.2, 1.5, 0.1))  # never wins
+    assert laws.break_even_concurrency(2.0, 0.05, 1.5, 0.1) == pytest.approx(10.0)
+
+
+def test_capacity_in_streams_meets_slo(draws_fit):
+    slo, prob = 10.0, 0.9
+    table = plan.capacity(draws_fit, ARM, slo, prob=prob, ks=[0, 6], closed_loop=True)
+    for _, row in table.iterrows():
+        c1, c2 = costs(draws_fit, 0.75, row.k)
+        n = row.capacity_streams
+        assert n >= 1 and n == int(n)
+        assert np.mean(laws.closed_loop_latency(n, c1, c2) <= slo) >= prob
+        assert np.mean(laws.closed_loop_latency(n + 1, c1, c2) <= slo) < prob
+        tput = n / laws.closed_loop_latency(n, c1, c2)
+        assert row.throughput_rps == pytest.approx(
+            np.quantile(tput, 1 - prob, method="inverted_cdf")
+        )
+    assert "capacity_rps" not in table
+
+
+def test_optimal_k_in_concurrency(draws_fit):
+    table = plan.optimal_k(draws_fit, ARM, [0.75], concurrency=[1, 64])
+    assert list(table["concurrency"]) == [1, 64]
+    for _, row in table.iterrows():
+        c1, c2 = costs(draws_fit, 0.75, np.arange(11))
+        lat = laws.closed_loop_latency(row.concurrency, c1, c2)
+        assert row.k_bayes == int(np.argmin(lat.mean(axis=0)))
+    assert table.k_bayes.iloc[0] >= table.k_bayes.iloc[1]
+
+
+def test_concurrency_bad_inputs_get_clear_messages(draws_fit):
+    with pytest.raises(ValueError, match=r"exactly one of rps .* or concurrency"):
+        plan.speedup(draws_fit, ARM, [1.0], concurrency=[4])
+    with pytest.raises(ValueError, match="exactly one of rps"):
+        plan.speedup(draws_fit, ARM)
+    with pytest.raises(
+        ValueError, match=r"concurrency \(streams in flight\) must be finite and > 0"
+    ):
+        plan.speedup(draws_fit, ARM, concurrency=[4, -1])
+    with pytest.raises(ValueError, match=r"~0 streams .* no stream count meets it"):
+        plan.capacity(draws_fit, ARM, 0.2, closed_loop=True)

@@ -1,8 +1,10 @@
-"""The planner's best k and capacity agree with brute-force simulation (slow).
+"""The planner's best k, capacity and closed-loop break-even agree with brute-force
+simulation (slow).
 
 A single configuration (Qwen3-8B + EAGLE-3 on H100, 512x512) is swept by the simulator
 at a few (alpha, k), the sd model is fitted, and the planner's decisions at an alpha the fit
-never saw are checked against simulating every candidate directly.
+never saw are checked against simulating every candidate directly. A closed-loop sweep of the
+same server with a poor drafter (alpha 0.4) checks the break-even concurrency N*.
 """
 
 from __future__ import annotations
@@ -89,3 +91,68 @@ def test_capacity_meets_slo_in_simulation(fitted):
         assert not sat and lat <= 1.05 * slo, (row.to_dict(), lat, sat, slo)  # meets the SLO
         lat_hi, _ = simulated_latency(0.75, int(row.k), 1.25 * row.capacity_rps)
         assert lat_hi > 0.9 * slo  # and the capacity is not grossly conservative
+
+
+# --- closed loop: a poor drafter loses from a few streams on (issue 43) ----------------------
+
+POOR_ALPHA, POOR_K = 0.4, 4
+STREAMS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def closed_point(alpha, k, n, seed, n_requests=200) -> dict:
+    return sim.simulate_point(
+        VERIFIER,
+        hardware=HW,
+        drafter=DRAFTER if k else None,
+        prefill=P,
+        decode=G,
+        alpha=alpha if k else None,
+        k=k,
+        concurrency=n,
+        n_requests=n_requests,
+        seed=seed,
+    )
+
+
+def simulated_crossover() -> float:
+    """First stream count where the poor SD arm's simulated latency passes dense's, linearly
+    interpolated between neighbouring integers (400 requests a point)."""
+    grid = np.arange(1, 25)
+    gap = np.array(
+        [
+            closed_point(POOR_ALPHA, POOR_K, n, 100 + n, 400)["latency"]
+            - closed_point(None, 0, n, 200 + n, 400)["latency"]
+            for n in grid
+        ]
+    )
+    i = int(np.argmax(gap > 0))
+    assert i > 0 and gap[0] < 0, gap  # SD wins at one stream, then loses
+    return float(grid[i - 1] - gap[i - 1] / (gap[i] - gap[i - 1]))
+
+
+def test_break_even_concurrency_holds_the_simulated_crossover(tmp_path, capsys):
+    from specbayes.cli import main
+
+    # the arm, a second k and a good alpha: enough to separate verifier and drafter costs
+    configs = [(None, 0), (POOR_ALPHA, POOR_K), (POOR_ALPHA, 2), (0.8, POOR_K)]
+    sweeps = pd.DataFrame(
+        [
+            closed_point(a, k, n, seed=10 * i + j)
+            for i, (a, k) in enumerate(configs)
+            for j, n in enumerate(STREAMS)
+        ]
+    )
+    fitted = fit(sweeps, model="sd", sampler_config={"seed": 3}, progress=False)
+    assert plan.fitted_closed_loop(fitted)
+    cross = simulated_crossover()
+    assert 2 < cross < 12  # "a few streams"
+    arm = plan.Arm(VERIFIER, HW, P, G, drafter=DRAFTER, alpha=POOR_ALPHA, k=POOR_K)
+    be = plan.break_even(fitted, arm, closed_loop=True).iloc[0]
+    assert be.p_wins_then_loses > 0.9
+    assert be.n_star_lo <= cross <= be.n_star_hi, (cross, be.to_dict())
+    # the command prints it, in the closed-loop view by default for this closed-loop fit
+    fitted.save(tmp_path / "fit.nc")
+    args = ["--drafter", DRAFTER, "--alpha", str(POOR_ALPHA), "--k", str(POOR_K)]
+    assert main(["plan", str(tmp_path / "fit.nc"), *args]) == 0
+    out = capsys.readouterr().out
+    assert f"SD loses beyond N* = {be.n_star_median:.3g} streams" in out

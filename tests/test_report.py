@@ -14,6 +14,10 @@ from matplotlib.colors import to_rgba
 
 from specbayes import plan, plots, report
 
+ARM_KW = dict(
+    verifier="V8", hardware="A100", prefill=1024, decode=1024, drafter="eagle3", alpha=0.75, k=6
+)
+
 
 @pytest.fixture
 def fit_with_data() -> DrawsFit:
@@ -65,6 +69,23 @@ def test_write_report_writes_everything(fit_with_data, tmp_path):
     assert (head.k_low, head.k_high) == (best.loc[ktab.rps.min()], best.loc[ktab.rps.max()])
     assert head.k_low != head.k_high  # C2R > 1 on these draws: the best k falls with load
     assert f"k = {head.k_high} at {head.rps_high:.2g} req/s" in head.lines[1]
+
+
+def test_report_of_a_closed_loop_fit_answers_in_streams(fit_with_data, tmp_path):
+    data = fit_with_data.data
+    # the same points, read as a closed-loop sweep (Little's law: N = rps x latency)
+    fit_with_data.data = data.assign(concurrency=np.maximum(data.rps * data.latency, 1.0))
+    head = report.write_report(fit_with_data, tmp_path, arm=plan.Arm(**ARM_KW))
+    assert head.lines[0].startswith("Break-even concurrency (closed loop")
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Closed loop: speedup per stream count" in summary and "| streams N |" in summary
+    table = pd.read_csv(tmp_path / "speedup_concurrency.csv")
+    assert table.concurrency.iloc[0] == 1 and (np.diff(table.concurrency) > 0).all()
+    doc = _strict((tmp_path / "headline.json").read_text())
+    n_star = plan.break_even(fit_with_data, plan.Arm(**ARM_KW), closed_loop=True)
+    assert doc["break_even_concurrency"]["n_star_median"] == pytest.approx(
+        n_star.n_star_median.item()
+    )
 
 
 def _strict(text: str):

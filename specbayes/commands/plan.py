@@ -15,6 +15,7 @@ from specbayes.commands import (
     int_list,
     nonneg_int,
     positive_float,
+    positive_int_list,
     probability,
     tokens,
 )
@@ -23,6 +24,7 @@ from specbayes.commands import (
 COLUMNS: dict[str, dict[str, str]] = {
     "speedup": {
         "rps": "load (req/s)",
+        "concurrency": "streams N",
         "median": "speedup median",
         "lo": "90% lo",
         "hi": "90% hi",
@@ -35,6 +37,9 @@ COLUMNS: dict[str, dict[str, str]] = {
         "rps_star_median": "RPS* median (req/s)",
         "rps_star_lo": "90% lo",
         "rps_star_hi": "90% hi",
+        "n_star_median": "N* median (streams)",
+        "n_star_lo": "90% lo",
+        "n_star_hi": "90% hi",
         "p_wins_then_loses": "P(wins, then loses)",
         "p_always_wins": "P(always wins)",
         "p_never_wins": "P(never wins)",
@@ -55,6 +60,7 @@ COLUMNS: dict[str, dict[str, str]] = {
     "k_table": {
         "alpha": "alpha",
         "rps": "load (req/s)",
+        "concurrency": "streams N",
         "k_bayes": "best k",
         "expected_latency": "E[latency] (s)",
         "regret": "regret",
@@ -64,9 +70,13 @@ COLUMNS: dict[str, dict[str, str]] = {
         "k": "k",
         "capacity_rps": "capacity (req/s)",
         "median_rps": "median (req/s)",
+        "capacity_streams": "capacity (streams)",
+        "median_streams": "median (streams)",
+        "throughput_rps": "throughput there (req/s)",
         "zero_load_latency_median": "zero-load latency (s)",
         "p_slo_feasible": "P(zero-load < SLO)",
         "max_measured_rps": "highest measured (req/s)",
+        "max_measured_concurrency": "highest measured (streams)",
         "extrapolated": "extrapolated",
     },
 }
@@ -79,6 +89,14 @@ TITLES = {
     "k_table": "best draft length per (alpha, load); k = 0 is dense",
     "capacity": "capacity: highest load meeting the SLO",
     "replicas": "replicas to carry the total load under the SLO",
+}
+#: Titles of the closed-loop view (N streams in flight in both arms), where they differ.
+TITLES_CLOSED = {
+    "speedup": "speedup over dense vs concurrency, same N streams in both (L_dense / L_SD = "
+    "throughput gain)",
+    "break_even": "break-even concurrency N* (SD loses beyond N* streams)",
+    "k_table": "best draft length per (alpha, streams); k = 0 is dense",
+    "capacity": "capacity: most streams meeting the SLO, and the throughput they deliver",
 }
 
 LEGEND = (
@@ -116,7 +134,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("fit", type=Path, help="fit artefact written by `specbayes fit --out`")
     _arm_args(p)
-    p.add_argument("--rps", type=float_list, help="request rates for the speedup table")
+    p.add_argument(
+        "--rps", type=float_list, help="request rates for the speedup and k tables (open loop)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=positive_int_list,
+        help="closed-loop stream counts N (e.g. 1,4,16), the same N in SD and dense: speedup "
+        "per N, the break-even N* beyond which SD loses, k-table and capacity in streams "
+        "(default view of a fit whose rows are all closed loop: N = 1, 2, 4, … up to the "
+        "highest measured)",
+    )
     p.add_argument("--alphas", type=acceptance_list, help="alpha grid of the k-table")
     p.add_argument("--ks", type=int_list, default=list(range(0, 11)), help="candidate k (0=dense)")
     p.add_argument("--slo", type=positive_float, help="mean-latency SLO in seconds")
@@ -213,33 +241,53 @@ def display(name: str, table):
     return pd.DataFrame({h: [_cell(v, c) for v in table[c]] for c, h in cols.items()})
 
 
-def _print(name: str, table) -> None:
-    print(f"\n== {TITLES[name]}\n{display(name, table).to_string(index=False)}")
+def _print(name: str, table, closed: bool = False) -> None:
+    title = (TITLES_CLOSED if closed else TITLES).get(name, TITLES[name])
+    print(f"\n== {title}\n{display(name, table).to_string(index=False)}")
 
 
-def _tables(fit, arm, args) -> dict:
+def closed_view(fit, args) -> bool:
+    """Plan in concurrency: asked for, or the fit's rows are all closed loop and no --rps."""
+    from specbayes import plan
+
+    return args.concurrency is not None or (args.rps is None and plan.fitted_closed_loop(fit))
+
+
+def _load_grid(fit, arm, args, closed: bool) -> dict:
+    """``{"rps": [...]}`` or ``{"concurrency": [...]}``: the asked loads or a default grid."""
     from dataclasses import replace
 
     from specbayes import laws, plan
 
+    if closed:
+        return {
+            "concurrency": args.concurrency or plan.stream_grid(plan.measured_streams(fit, arm))
+        }
     dense = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
     sat = float(np.median(laws.saturation_rps(*dense)))
-    rps = args.rps or rate_grid(0.9 * sat)
+    return {"rps": args.rps or rate_grid(0.9 * sat)}
+
+
+def _tables(fit, arm, args, closed: bool = False) -> dict:
+    from dataclasses import replace
+
+    from specbayes import plan
+
+    load = _load_grid(fit, arm, args, closed)
     tables = {
-        "speedup": plan.speedup(fit, arm, rps),
-        "break_even": plan.break_even(fit, arm),
+        "speedup": plan.speedup(fit, arm, **load),
+        "break_even": plan.break_even(fit, arm, closed_loop=closed),
         "cost_ratios": plan.cost_ratios(fit, arm, ks=[k for k in args.ks if k > 0] or [arm.k]),
     }
     k_arm = arm if arm.alpha is not None else replace(arm, alpha=0.75)
     alphas = args.alphas or ([arm.alpha] if arm.alpha is not None else [0.6, 0.75, 0.9])
-    tables["k_table"] = plan.optimal_k(fit, k_arm, alphas, rps, ks=args.ks)
+    tables["k_table"] = plan.optimal_k(fit, k_arm, alphas, ks=args.ks, **load)
     if args.slo is not None:
         ks = sorted({*args.ks, arm.k})  # the arm's own k is always answered about
-        tables["capacity"] = plan.capacity(fit, arm, args.slo, prob=args.prob, ks=ks)
+        cap = dict(prob=args.prob, ks=ks)
+        tables["capacity"] = plan.capacity(fit, arm, args.slo, closed_loop=closed, **cap)
         if args.total_rps is not None:
-            tables["replicas"] = plan.replicas(
-                fit, arm, args.total_rps, args.slo, prob=args.prob, ks=ks
-            )
+            tables["replicas"] = plan.replicas(fit, arm, args.total_rps, args.slo, **cap)
     return tables
 
 
@@ -257,10 +305,33 @@ def _write_plan(out: Path, arm, tables: dict) -> None:
             workload=dict(cell=arm.cell, prefill=arm.prefill, decode=arm.decode),
             alpha=arm.alpha,
             k=arm.k,
-            units=dict(rps="requests/s", latency="s", interval="central 90 % (lo, hi)"),
+            units=dict(
+                rps="requests/s",
+                concurrency="streams in flight (closed loop)",
+                latency="s",
+                interval="central 90 % (lo, hi)",
+            ),
             tables={name: t.to_dict(orient="records") for name, t in tables.items()},
         )
         (tmp / "plan.json").write_text(dumps(doc))
+
+
+def _saturation_note(speedup) -> None:
+    sat_rows = speedup[speedup.p_dense_saturated > 0.5]
+    if len(sat_rows):
+        print(
+            f"note: at {', '.join(f'{r:g}' for r in sat_rows.rps)} req/s the dense server is "
+            "saturated in most draws — its latency is unbounded, so the speedup there is not a "
+            "ratio of latencies (read P(SD faster))."
+        )
+
+
+def _n_star_note(fit, arm, break_even) -> None:
+    from specbayes import plan
+    from specbayes.report import n_star_line
+
+    # N* compares two curves: it is measured only as far as both arms are
+    print(n_star_line(break_even, beyond=plan.measured_streams(fit, arm, min)))
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -270,28 +341,39 @@ def run_plan(args: argparse.Namespace) -> int:
         raise ValueError(
             "--total-rps: replicas are sized under a latency SLO — give --slo SECONDS too"
         )
+    if args.rps is not None and args.concurrency is not None:
+        raise ValueError(
+            "--rps and --concurrency: one view at a time — request rates (open loop) or "
+            "stream counts (closed loop)"
+        )
     if args.out is not None:
         check_out_dir(args.out)
     fit = load_plannable(args.fit)
+    closed = closed_view(fit, args)
+    if closed and args.total_rps is not None:
+        raise ValueError(
+            "--total-rps: replicas are sized for an open-loop load — give --rps for the "
+            "open-loop view (the closed-loop capacity table gives streams per server)"
+        )
     arm = _arm(fit, args)
     print(f"plan for {arm.label()} on {arm.hardware}, workload {arm.cell} "
           f"(prefill {arm.prefill:g}, decode {arm.decode:g} tokens)")  # fmt: skip
     for note in _notes(fit, arm, args):
         print(note)
-    tables = _tables(fit, arm, args)
+    if closed:
+        print("closed loop: N streams always in flight, the same N in SD and dense")
+    tables = _tables(fit, arm, args, closed)
     for name, t in tables.items():
         if not (name == "capacity" and "replicas" in tables):  # replicas repeats its columns
-            _print(name, t)
+            _print(name, t, closed)
     print(f"\n{LEGEND}")
-    sat_rows = tables["speedup"][tables["speedup"].p_dense_saturated > 0.5]
-    if len(sat_rows):
-        print(
-            f"note: at {', '.join(f'{r:g}' for r in sat_rows.rps)} req/s the dense server is "
-            "saturated in most draws — its latency is unbounded, so the speedup there is not a "
-            "ratio of latencies (read P(SD faster))."
-        )
+    if closed:
+        _n_star_note(fit, arm, tables["break_even"])
+    else:
+        _saturation_note(tables["speedup"])
     cap = tables.get("capacity")
-    if cap is not None and not cap.loc[cap.k == arm.k, "capacity_rps"].gt(0).any():
+    cap_col = "capacity_streams" if closed else "capacity_rps"
+    if cap is not None and not cap.loc[cap.k == arm.k, cap_col].gt(0).any():
         row = cap[cap.k == arm.k].iloc[0]
         print(
             f"note: k = {arm.k} meets the SLO {args.slo:g} s at no load with probability "
