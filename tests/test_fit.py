@@ -254,9 +254,12 @@ def test_real_b200_sd_fit_is_healthy_and_covers_the_unsaturated_points():
 #: these into failures to unmark.
 #: Three verifiers x two GPUs at the default seed since the drafter coefficients moved to
 #: their own draft units (issue 42): one chain of four sticks at step size 1e-14 (961
-#: divergences; in the run examined c1p's level sat at e^4.5 s). The same density sampled
-#: healthily with the old order of the free variables, and at seeds 1 and 2 (0 divergences,
-#: bulk ESS 1,434 / 1,322; drafter ratio prior). A robust start is open work — strict.
+#: divergences, R-hat 1.6). A start problem: PyMC's jitter of ±1 on every axis starts chains
+#: at log density −1e7, and that chain drifts into a region it never leaves; started at the
+#: support point (no jitter, ±0.1, or the MAP) the same set is healthy at seeds 20260 and 1.
+#: Not the default: with ±0.1 the default tier's sd set had 1 divergence at 2 of 4 seeds
+#: (its trend share of c2v mixes marginally from any start; benchmarks/model_core.md,
+#: 2026-12-05) — strict.
 STUCK_CHAIN = pytest.mark.xfail(
     reason="issue 42: one chain sticks at the default seed (three verifiers x two GPUs)",
     strict=True,
