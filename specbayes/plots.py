@@ -168,17 +168,32 @@ def plot_collapse(points: pd.DataFrame, *, ax=None, max_x: float = 0.98, title: 
     return fig
 
 
-def _mark_break_even(ax, break_even, planned, *, vertical: bool) -> None:
+#: Each load axis: its column in the planner's tables, its axis label and its unit.
+_LOADS = {
+    "rps": ("request rate (req/s)", "req/s"),
+    "concurrency": ("streams N in flight, the same N in SD and dense (closed loop)", "streams"),
+}
+
+
+def _load_of(table: pd.DataFrame) -> str:
+    """The load column of a planner table: ``"concurrency"`` (closed loop) or ``"rps"``."""
+    return "concurrency" if "concurrency" in table else "rps"
+
+
+def _mark_break_even(ax, break_even, planned, *, vertical: bool, unit: str = "req/s") -> None:
     """The planned k's break-even load (median, dashed) and its interval (band), across a
-    load axis on x (``vertical``) or y; nothing when there is none."""
+    load axis on x (``vertical``) or y, in ``unit`` (req/s, or streams: N*); nothing when
+    there is none."""
     if break_even is None or not np.isfinite(break_even[0]):
         return
     med, lo, hi = break_even
     color = k_color(planned) if planned else "black"
     band, line = (ax.axvspan, ax.axvline) if vertical else (ax.axhspan, ax.axhline)
     band(lo, hi, color=color, alpha=0.12, lw=0)
-    label = f"break-even {'' if vertical else 'load of '}k={planned}: {med:.3g} req/s "
-    label += f"({INTERVAL_PROB:.0%}: {lo:.3g}–{hi:.3g})"
+    # stream counts read as whole numbers (1620, not 1.62e+03)
+    star, fmt = ("N* = ", "{:.0f}") if unit == "streams" else ("", "{:.3g}")
+    label = f"break-even {'' if vertical else 'load of '}k={planned}: {star}{fmt.format(med)} "
+    label += f"{unit} ({INTERVAL_PROB:.0%}: {fmt.format(lo)}–{fmt.format(hi)})"
     line(
         med,
         color=color,
@@ -186,6 +201,29 @@ def _mark_break_even(ax, break_even, planned, *, vertical: bool) -> None:
         lw=1.4,
         label=label + ("" if vertical else "; dense faster above"),
     )
+
+
+def _mark_measured(ax, measured: float | None, top: float, unit: str) -> None:
+    """Shade the loads above the highest measured one: there the curves extrapolate the law."""
+    if measured is None or not np.isfinite(measured) or measured >= top:
+        return
+    ax.axvspan(
+        measured,
+        top,
+        facecolor="none",
+        edgecolor="grey",
+        hatch="//",
+        alpha=0.35,
+        lw=0,
+        label=f"beyond the highest measured {measured:g} {unit}: extrapolated",
+    )
+
+
+def _streams_axis(axis) -> None:
+    """A log-2 axis of stream counts labelled 1, 2, 4, … (the levels sweeps are run at)."""
+    axis.set_major_locator(mticker.LogLocator(base=2))
+    axis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(mticker.NullFormatter())
 
 
 def plot_speedup(
@@ -196,8 +234,13 @@ def plot_speedup(
     planned: int | None = None,
     recommended: Mapping[int, str] | None = None,
     break_even: tuple[float, float, float] | None = None,
+    measured: float | None = None,
 ):
-    """Speedup vs request rate with interval bands, one curve per draft length.
+    """Speedup vs load with interval bands, one curve per draft length.
+
+    The load is the request rate (open loop) or, for tables with a ``concurrency`` column,
+    the number of streams in flight, the same in SD and dense (closed loop, on a log-2
+    axis; there the speedup is also SD's throughput gain).
 
     Each curve is drawn only over the loads where its band is a band of latency ratios: both
     interval ends finite and fewer than 5 % of draws with either server saturated (there the
@@ -207,16 +250,21 @@ def plot_speedup(
     Parameters
     ----------
     tables : mapping of k (int, or a label such as ``"k=4"``) -> DataFrame
-        Outputs of :func:`specbayes.plan.speedup` (columns ``rps, median, lo, hi``); each
-        curve takes its k's colour (:func:`k_color`).
+        Outputs of :func:`specbayes.plan.speedup` (columns ``rps`` or ``concurrency``,
+        ``median, lo, hi``); each curve takes its k's colour (:func:`k_color`).
     planned : int, optional
         The planned arm's k: drawn thicker and labelled "planned".
     recommended : mapping k -> str, optional
         Why a k is recommended (e.g. ``{3: "best at 1 req/s"}``), added to its label.
     break_even : (median, lo, hi), optional
-        The planned arm's break-even load (req/s) and its interval: a dashed line and a band.
+        The planned arm's break-even load (req/s, or N* in streams) and its interval: a
+        dashed line and a band.
+    measured : float, optional
+        The highest measured load: the loads above it are hatched (extrapolated).
     """
     fig, ax = _axes(ax, figsize=(6.4, 5.4))
+    load = _load_of(next(iter(tables.values())))
+    xlabel, unit = _LOADS[load]
     marked = False
     for i, (key, t) in enumerate(tables.items()):
         k = _k_of(key)
@@ -229,10 +277,11 @@ def plot_speedup(
         ok = np.array(ok, dtype=bool)
         ok = np.logical_and.accumulate(ok)  # up to the first load where the band breaks
         lw = 2.8 if k is not None and k == planned else 1.5
-        ax.plot(t.rps[ok], t["median"][ok], color=color, lw=lw, label=label)
-        ax.fill_between(t.rps[ok], t["lo"][ok], t["hi"][ok], color=color, alpha=0.18, lw=0)
+        x = t[load]
+        ax.plot(x[ok], t["median"][ok], color=color, lw=lw, label=label)
+        ax.fill_between(x[ok], t["lo"][ok], t["hi"][ok], color=color, alpha=0.18, lw=0)
         if not ok.all():
-            stop = float(t.rps.to_numpy()[np.argmin(ok)])
+            stop = float(x.to_numpy()[np.argmin(ok)])
             ax.axvline(
                 stop,
                 color=color,
@@ -241,26 +290,37 @@ def plot_speedup(
                 label=None if marked else "curve ends: a server saturates in > 5 % of draws",
             )
             marked = True
-    _mark_break_even(ax, break_even, planned, vertical=True)
+    span = [f(t[load]) for t in tables.values() for f in (np.min, np.max)]
+    _mark_measured(ax, measured, max(span), unit)
+    _mark_break_even(ax, break_even, planned, vertical=True, unit=unit)
     # dense is the baseline (speedup 1); where the headline recommends it, the line says so
     dense = _k_label(0, planned, recommended) + ": speedup 1" if 0 in (recommended or {}) else None
     ax.axhline(1.0, color=DENSE_COLOR, lw=1, ls="--", label=dense)
-    ax.set_xlabel("request rate (req/s)")
+    if load == "concurrency":
+        ax.set_xscale("log", base=2)
+        _streams_axis(ax.xaxis)
+        ax.set_xlim(min(span), max(span))  # the N* band may run past the grid
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("speedup over dense  $L_{dense}/L_{SD}$ (> 1: SD wins)")
-    ax.set_title(title or f"SD speedup vs load (median, {INTERVAL_PROB:.0%} band)", fontsize=10)
+    what = "concurrency" if load == "concurrency" else "load"
+    ax.set_title(title or f"SD speedup vs {what} (median, {INTERVAL_PROB:.0%} band)", fontsize=10)
+    _legend_below(ax)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _legend_below(ax) -> None:
+    """Two columns under the axes: the k first, then the marks explained, then the bands."""
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda n: not labels[n].startswith(("k=", "dense")))
-    handles = [handles[n] for n in order] + [_BAND]  # k first, then the markers explained
     ax.legend(
-        handles,
+        [handles[n] for n in order] + [_BAND],
         [labels[n] for n in order] + [BAND_TEXT],
         fontsize=7,
         ncol=2,
         loc="upper center",
         bbox_to_anchor=(0.5, -0.13),
     )
-    ax.grid(alpha=0.3)
-    return fig
 
 
 def plot_k_map(
@@ -409,13 +469,18 @@ def plot_capacity(
     break_even: tuple[float, float, float] | None = None,
     slo: float | None = None,
 ):
-    """Capacity (req/s meeting the SLO with the stated probability) vs latency SLO.
+    """Capacity (the most load meeting the SLO with the stated probability) vs latency SLO.
+
+    The load is the request rate (``capacity_rps``) or, closed loop, the number of streams
+    in flight (``capacity_streams``).
 
     Parameters
     ----------
     curves : pandas.DataFrame
-        Columns ``slo, k, capacity_rps`` (stacked outputs of
-        :func:`specbayes.plan.capacity` over several SLOs); ``attrs["prob"]`` the probability.
+        Columns ``slo, k, capacity_rps`` or ``capacity_streams`` (stacked outputs of
+        :func:`specbayes.plan.capacity` over several SLOs); optionally ``lo, hi`` (a band
+        per k, e.g. the central interval of the load meeting the SLO) and ``extrapolated``;
+        ``attrs["prob"]`` the probability.
     planned, recommended
         As in :func:`plot_speedup`: the planned k drawn thicker, roles in the labels.
     break_even : (median, lo, hi), optional
@@ -425,38 +490,49 @@ def plot_capacity(
         The headline's SLO: a vertical line.
     """
     fig, ax = _axes(ax, figsize=(6.4, 5.4))
+    unit = "streams" if "capacity_streams" in curves else "rps"
+    col = f"capacity_{unit}"
     for k, sub in curves.groupby("k"):
         color = k_color(k)
         ax.plot(
             sub.slo,
-            sub.capacity_rps,
+            sub[col],
             marker=".",
             color=color,
             lw=2.8 if k == planned else 1.5,
             label=_k_label(k, planned, recommended),
         )
+        if "lo" in sub:
+            ax.fill_between(sub.slo, sub["lo"], sub["hi"], color=color, alpha=0.12, lw=0)
         if "extrapolated" in sub:
             ext = sub[sub.extrapolated.astype(bool)]
-            ax.scatter(
-                ext.slo, ext.capacity_rps, s=40, facecolors="white", edgecolors=color, zorder=3
-            )
+            ax.scatter(ext.slo, ext[col], s=40, facecolors="white", edgecolors=color, zorder=3)
     if "extrapolated" in curves and curves.extrapolated.astype(bool).any():
+        above = "concurrency" if unit == "streams" else "load"
         ax.scatter(
             [],
             [],
             s=40,
             facecolors="white",
             edgecolors="grey",
-            label="open: above the highest measured load (extrapolated)",
+            label=f"open: above the highest measured {above} (extrapolated)",
         )
-    _mark_break_even(ax, break_even, planned, vertical=False)
+    top = np.nanmax(curves["hi"] if "lo" in curves else curves[col])
+    _mark_break_even(ax, break_even, planned, vertical=False, unit=unit.replace("rps", "req/s"))
     if slo is not None:
         ax.axvline(slo, color="grey", ls=":", lw=1.2, label=f"headline SLO {slo:.3g} s")
     prob = curves.attrs.get("prob", 0.9)
     ax.set_xlabel("mean-latency SLO (s)")
-    ax.set_ylabel(f"capacity (req/s) met with P ≥ {prob:g}")
+    if unit == "streams":
+        ax.set_ylim(0, 1.08 * top)  # not stretched by a wide N* band
+        ax.set_ylabel(f"most streams N (closed loop) meeting it with P ≥ {prob:g}")
+    else:
+        ax.set_ylabel(f"capacity (req/s) met with P ≥ {prob:g}")
     ax.set_title(title or "Capacity under a latency SLO", fontsize=10)
-    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13))
+    if "lo" in curves:
+        _legend_below(ax)
+    else:
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13))
     ax.grid(alpha=0.3)
     return fig
 

@@ -239,13 +239,41 @@ def _speedup_grid(sat: float) -> np.ndarray:
     return np.linspace(0.0, 0.95 * sat, 24)
 
 
-def _capacity_curves(fit, k_arm, c1_med: float, prob: float, ks) -> pd.DataFrame:
+def _stream_grid_fine(fit, arm, head: Headline) -> np.ndarray:
+    """48 stream counts from 1 to a doubling past the data, or on to the top of the N* band
+    (at most 16 times the data): the crossing is drawn where the law puts it."""
+    measured = plan.measured_streams(fit, arm)
+    measured = measured if np.isfinite(measured) else 64.0
+    n_hi = head.n_star.n_star_hi if head.n_star is not None else np.nan
+    top = min(max(2 * measured, n_hi if np.isfinite(n_hi) else 0), 16 * measured)
+    return np.geomspace(1, 2 ** np.ceil(np.log2(top)), 48)
+
+
+def _stream_band(fit, k_arm, slo: float, ks) -> dict:
+    """``lo, hi``: the central interval of the stream count meeting ``slo``, per k (its
+    quantiles are capacities at probabilities (1 ± INTERVAL_PROB) / 2)."""
+    band = {}
+    for end, p in (("lo", (1 + INTERVAL_PROB) / 2), ("hi", (1 - INTERVAL_PROB) / 2)):
+        try:
+            cap = plan.capacity(fit, k_arm, slo, prob=p, ks=ks, closed_loop=True)
+            band[end] = cap["capacity_streams"].to_numpy()
+        except ValueError:  # no stream count meets it at that probability
+            band[end] = np.zeros(len(ks), dtype=int)
+    return band
+
+
+def _capacity_curves(fit, k_arm, c1_med: float, prob: float, ks, closed_loop=False):
+    """Capacity per k at 16 SLOs from 1.05 to 4 zero-load dense latencies; closed loop in
+    streams, with a band (:func:`_stream_band`)."""
     caps = []
     for s in np.linspace(1.05 * c1_med, 4.0 * c1_med, 16):
         try:
-            caps.append(plan.capacity(fit, k_arm, s, prob=prob, ks=ks).assign(slo=s))
+            cap = plan.capacity(fit, k_arm, s, prob=prob, ks=ks, closed_loop=closed_loop)
         except ValueError:
             continue
+        if closed_loop:
+            cap = cap.assign(**_stream_band(fit, k_arm, s, cap["k"]))
+        caps.append(cap.assign(slo=s))
     curves = pd.concat(caps, ignore_index=True)
     curves.attrs["prob"] = prob
     return curves
@@ -258,6 +286,16 @@ def _recommended(head: Headline) -> dict[int, str]:
         if k >= 0:
             roles.setdefault(k, []).append(f"{r:.2g}")
     return {k: f"best at {' and '.join(rs)} req/s" for k, rs in roles.items()}
+
+
+def _load_marks(head: Headline, roles: dict[int, str]) -> dict:
+    """The speedup and capacity figures' marks: the planned arm's break-even (RPS*, or N*
+    closed loop) and the recommended k — open loop only, as they are best at a req/s."""
+    if head.n_star is not None:
+        n = head.n_star
+        return dict(break_even=(n.n_star_median, n.n_star_lo, n.n_star_hi), recommended=None)
+    be = head.break_even
+    return dict(break_even=(be.rps_star_median, be.rps_star_lo, be.rps_star_hi), recommended=roles)
 
 
 def _config_title(arm: plan.Arm, k_arm: plan.Arm | None) -> str:
@@ -313,20 +351,26 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     planned = arm.k or None
     key = [k for k in (planned, *roles) if k]
     ks_show = sorted({*key, *[k for k in (1, 2, 4, 6, 8) if k not in key][: max(5 - len(key), 0)]})
-    be = head.break_even
-    be_point = (be.rps_star_median, be.rps_star_lo, be.rps_star_hi)
+    closed = head.closed_loop is not None
+    marks = _load_marks(head, roles)
     config = _config_title(arm, k_arm)
     points = collapse_points(fit)
     figures["collapse.png"] = plots.plot_collapse(points, title=_collapse_title(fit, len(points)))
-    rps = _speedup_grid(sat)
-    sp = {k: plan.speedup(fit, replace(arm, k=k), rps) for k in ks_show} if arm.k else {}
+    if closed:  # the fit's user asked "at N streams": the figures are in streams
+        load = dict(concurrency=_stream_grid_fine(fit, arm, head))
+        measured = plan.measured_streams(fit, arm, min)
+        name, what = "speedup_vs_concurrency.png", "concurrency (closed loop)"
+    else:
+        load, measured = dict(rps=_speedup_grid(sat)), None
+        name, what = "speedup_vs_rps.png", "load"
+    sp = {k: plan.speedup(fit, replace(arm, k=k), **load) for k in ks_show} if arm.k else {}
     if sp:
-        figures["speedup_vs_rps.png"] = plots.plot_speedup(
+        figures[name] = plots.plot_speedup(
             sp,
-            title=f"Speedup over dense vs load\n{config}",
+            title=f"Speedup over dense vs {what}\n{config}",
             planned=planned,
-            recommended=roles,
-            break_even=be_point,
+            measured=measured,
+            **marks,
         )
         pd.concat([t.assign(config=f"k={k}") for k, t in sp.items()]).to_csv(
             out / "speedup.csv", index=False
@@ -346,16 +390,15 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
         ratios, title=f"Cost ratios SD / dense vs k\n{config}", planned=planned, recommended=roles
     )
     cap_ks = sorted({0, 1, 2, 4, 6, 8, *key})
-    curves = _capacity_curves(fit, k_arm, c1_med, prob, cap_ks)
+    curves = _capacity_curves(fit, k_arm, c1_med, prob, cap_ks, closed_loop=closed)
     curves.to_csv(out / "capacity.csv", index=False)
     written.append("capacity.csv")
     figures["capacity_vs_slo.png"] = plots.plot_capacity(
         curves,
-        title=f"Capacity under a mean-latency SLO\n{config}",
+        title=f"{'Streams' if closed else 'Capacity'} under a mean-latency SLO\n{config}",
         planned=planned,
-        recommended=roles,
-        break_even=be_point,
         slo=slo,
+        **marks,
     )
     try:
         for name, fig in figures.items():
@@ -564,6 +607,20 @@ _FIGURES = {
     "load); the horizontal band is the planned arm's break-even load, the dotted line the "
     "headline's SLO.",
 }
+#: Captions of a closed-loop fit's figures, where they differ (the load is streams N).
+_FIGURES_CLOSED = {
+    "speedup_vs_concurrency.png": "how much faster SD is than dense decoding with the same N "
+    "streams in flight in both (closed loop; also SD's throughput gain at N), for the planned "
+    "k (thick) and a few others (median and shaded 90 % band; log-2 axis of N). Above the "
+    "dashed line SD wins; the dashed vertical line and its band are the planned arm's "
+    "break-even concurrency N* and its 90 % interval — beyond it dense is faster; hatched: "
+    "stream counts above the highest measured one, where the curves extrapolate the law.",
+    "capacity_vs_slo.png": "the most streams (closed loop, the same N in SD and dense) whose "
+    "mean latency meets an SLO with the stated probability, per k (line; planned k thick; "
+    "shaded: the central 90 % interval of that stream count; open circles: above the highest "
+    "measured concurrency); the horizontal line and band are the planned arm's N*, the dotted "
+    "line the headline's SLO.",
+}
 
 
 def _closed_loop_section(head: Headline) -> list[str]:
@@ -593,6 +650,7 @@ def _closed_loop_section(head: Headline) -> list[str]:
 
 
 def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
+    captions = {**_FIGURES, **(_FIGURES_CLOSED if head.closed_loop is not None else {})}
     lines = [
         "# specbayes report",
         "",
@@ -613,9 +671,8 @@ def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
         "",
         *[
             line
-            for name, text in _FIGURES.items()
-            if name in figures
-            for line in (f"![{name}]({name})", "", f"`{name}` — {text}", "")
+            for name in figures
+            for line in (f"![{name}]({name})", "", f"`{name}` — {captions[name]}", "")
         ],
         *_ratios_section(ratios),
         f"Tables (CSV): {', '.join(f'`{w}`' for w in written)}; the headline answers as JSON: "

@@ -374,9 +374,10 @@ def test_plan_defaults_to_concurrency_for_a_closed_loop_fit(ws, monkeypatch, cap
     assert run_cli(["plan", "fit.nc", "--k", "3"]) == 0
     out = capsys.readouterr().out
     assert "closed loop: N streams always in flight" in out and "N* median" in out
+    assert "P(best k sat.)" not in out  # a closed loop never saturates: always 0
     assert run_cli(["plan", "fit.nc", "--k", "3", "--rps", "1,2"]) == 0  # --rps: open loop
     out = capsys.readouterr().out
-    assert "closed loop" not in out and "RPS* median" in out
+    assert "closed loop" not in out and "RPS* median" in out and "P(best k sat.)" in out
 
 
 def test_plan_cell_sets_the_workload_and_writes_strict_json(ws, monkeypatch, capsys):

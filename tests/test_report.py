@@ -56,7 +56,9 @@ def test_write_report_writes_everything(fit_with_data, tmp_path):
                  "capacity_vs_slo.png"):  # fmt: skip
         img = mpimg.imread(tmp_path / name)
         assert img.shape[0] > 200 and img.std() > 0.01  # a real picture, not blank
+    assert not (tmp_path / "speedup_vs_concurrency.png").exists()  # open loop: in req/s
     summary = (tmp_path / "summary.md").read_text()
+    assert "the highest request rate whose mean latency meets an SLO" in summary
     assert "Headline answers" in summary and "2 measured points were left out" in summary
     assert len(head.lines) == 3 and "Break-even" in head.lines[0]
     data = json.loads((tmp_path / "headline.json").read_text())
@@ -71,14 +73,26 @@ def test_write_report_writes_everything(fit_with_data, tmp_path):
     assert f"k = {head.k_high} at {head.rps_high:.2g} req/s" in head.lines[1]
 
 
+def _as_closed_loop(fit):
+    """The same points, read as a closed-loop sweep (Little's law: N = rps x latency)."""
+    data = fit.data
+    fit.data = data.assign(concurrency=np.maximum(data.rps * data.latency, 1.0))
+    return fit
+
+
 def test_report_of_a_closed_loop_fit_answers_in_streams(fit_with_data, tmp_path):
-    data = fit_with_data.data
-    # the same points, read as a closed-loop sweep (Little's law: N = rps x latency)
-    fit_with_data.data = data.assign(concurrency=np.maximum(data.rps * data.latency, 1.0))
+    _as_closed_loop(fit_with_data)
     head = report.write_report(fit_with_data, tmp_path, arm=plan.Arm(**ARM_KW))
     assert head.lines[0].startswith("Break-even concurrency (closed loop")
     summary = (tmp_path / "summary.md").read_text()
     assert "## Closed loop: speedup per stream count" in summary and "| streams N |" in summary
+    # the figures are in streams: the open-loop speedup figure is not written
+    assert not (tmp_path / "speedup_vs_rps.png").exists()
+    for name in ("speedup_vs_concurrency.png", "capacity_vs_slo.png"):
+        assert mpimg.imread(tmp_path / name).std() > 0.01 and f"![{name}]({name})" in summary
+    assert "break-even concurrency N*" in summary and "the most streams" in summary
+    assert "capacity_streams" in pd.read_csv(tmp_path / "capacity.csv")
+    assert "concurrency" in pd.read_csv(tmp_path / "speedup.csv")
     table = pd.read_csv(tmp_path / "speedup_concurrency.csv")
     assert table.concurrency.iloc[0] == 1 and (np.diff(table.concurrency) > 0).all()
     doc = _strict((tmp_path / "headline.json").read_text())
@@ -165,8 +179,7 @@ def test_report_with_inferred_alpha_reads_the_k_table_at_its_posterior_median(tm
     assert np.isclose(pd.read_csv(tmp_path / "k_table.csv").alpha, median).any()
 
 
-@pytest.fixture
-def report_figures(fit_with_data, tmp_path, monkeypatch):
+def _report_figures(fit, tmp_path, monkeypatch, **kwargs):
     """The figures ``write_report`` draws, by file name, kept open for inspection."""
     import matplotlib.pyplot as plt
 
@@ -189,10 +202,21 @@ def report_figures(fit_with_data, tmp_path, monkeypatch):
         monkeypatch.setattr(plots, name, keeper(getattr(plots, name), file))
     close = plt.close
     monkeypatch.setattr(plt, "close", lambda fig=None: None)
-    head = report.write_report(fit_with_data, tmp_path)
+    head = report.write_report(fit, tmp_path, **kwargs)
     yield head, drawn
     for fig in drawn.values():
         close(fig)
+
+
+@pytest.fixture
+def report_figures(fit_with_data, tmp_path, monkeypatch):
+    yield from _report_figures(fit_with_data, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def closed_loop_figures(fit_with_data, tmp_path, monkeypatch):
+    fit = _as_closed_loop(fit_with_data)
+    yield from _report_figures(fit, tmp_path, monkeypatch, arm=plan.Arm(**ARM_KW))
 
 
 def _lines(ax) -> dict[str, tuple]:
@@ -269,3 +293,28 @@ def test_k_map_marks_the_planned_alpha_and_uncertain_cells():
     dots = next(c for c in ax.collections if "uncertain" in str(c.get_label()))
     assert len(dots.get_offsets()) == unsure and f": {unsure} cells" in dots.get_label()
     plt.close(fig)
+
+
+def test_closed_loop_figures_are_in_streams_with_n_star_and_the_measured_range(
+    closed_loop_figures,
+):
+    head, drawn = closed_loop_figures
+    n, k = head.n_star, head.arm.k
+    assert np.isfinite(n.n_star_median)  # the fixture must exercise the mark
+    speedup, capacity = drawn["speedup"].axes[0], drawn["capacity"].axes[0]
+    assert speedup.get_xscale() == "log" and "streams N" in speedup.get_xlabel()
+    assert "streams" in capacity.get_ylabel() and "concurrency" in speedup.get_title()
+    for ax in (speedup, capacity):
+        title = ax.get_title()
+        assert all(part in title for part in ("V8", "eagle3", "A100", "alpha=0.75")), title
+        lines = _lines(ax)
+        planned = next(label for label in lines if label.startswith(f"k={k} (planned"))
+        assert lines[planned] == to_rgba(plots.k_color(k)) and "req/s" not in planned
+        crossing = next(label for label in lines if label.startswith("break-even"))
+        assert f"N* = {n.n_star_median:.0f} streams" in crossing
+        assert f"{n.n_star_lo:.0f}–{n.n_star_hi:.0f}" in crossing
+        assert len(ax.collections) >= len({lbl for lbl in lines if lbl.startswith("k=")})  # bands
+    beyond = [p.get_label() for p in speedup.patches if "extrapolated" in p.get_label()]
+    assert beyond and beyond[0].startswith("beyond the highest measured")  # hatched
+    legend = [t.get_text() for t in speedup.get_legend().get_texts()]
+    assert any("90% interval of posterior draws" in t for t in legend)

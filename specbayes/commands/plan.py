@@ -241,8 +241,14 @@ def display(name: str, table):
     return pd.DataFrame({h: [_cell(v, c) for v in table[c]] for c, h in cols.items()})
 
 
+#: Columns the closed-loop view leaves out: a closed loop never saturates, so they are 0.
+OPEN_LOOP_ONLY = ("p_bayes_saturated",)
+
+
 def _print(name: str, table, closed: bool = False) -> None:
     title = (TITLES_CLOSED if closed else TITLES).get(name, TITLES[name])
+    if closed:
+        table = table.drop(columns=list(OPEN_LOOP_ONLY), errors="ignore")
     print(f"\n== {title}\n{display(name, table).to_string(index=False)}")
 
 
