@@ -5,7 +5,9 @@
 an SLO — for one arm (by default a measured SD sweep, :func:`specbayes.arms.default_arm`) and
 writes everything a person needs to act on them: the collapse plot (does the latency law
 hold?), speedup vs load with bands for several k, the k-map over (alpha, load), C1R/C2R vs
-k, capacity vs SLO, and ``summary.md`` with the headline answers.
+k, capacity vs SLO, and ``summary.md`` with the headline answers. A closed-loop fit
+(:func:`specbayes.plan.fitted_closed_loop`) gets its speedup and capacity figures in streams
+(``speedup_vs_concurrency.png`` with N*, ``capacity_vs_slo.png`` in streams).
 """
 
 from __future__ import annotations
