@@ -66,7 +66,7 @@ def test_sd_fit_is_healthy(sd_fit):
     assert sd_fit.healthy
     diag = sd_fit.diagnostics()
     assert {"variable", "r_hat", "ess_bulk", "ess_tail", "divergences"} <= set(diag.columns)
-    assert {"coef_mu_rest", "cell_dev", "trend_logit", "noise_growth"} <= set(diag["variable"])
+    assert {"coef_mu_rest", "cell_coef", "trend_logit", "noise_growth"} <= set(diag["variable"])
 
 
 def test_sd_fit_recovers_coefficients(sd_fit, sim):

@@ -362,9 +362,18 @@ def _log_gamma_random(a, b, rng=None, size=None):
 def _cell_level(pr: dict, dim: str, names: list, mu, group: np.ndarray, trend, share, cell_sd):
     r"""Log coefficients ``names`` of every ``dim`` member (a unit or a draft unit):
     :func:`~specbayes.model_next.hierarchy.log_coefficients` of its group level ``mu``, trend
-    and — for the coefficients in ``cell_coefs`` — a cell deviation, centred (``cell_dev``,
-    the deviation itself sampled: the data pin each cell's coefficients) or not
-    (``cell_z``)."""
+    and — for the coefficients in ``cell_coefs`` — a cell deviation of scale ``cell_sd``.
+
+    Centred (``centred_cells``): the cell's log coefficient itself is sampled,
+    :math:`\log c_{uj} \sim \mathcal N(\mu_{g(u)j} + \log(1 - w_j + w_j e^{t_{uj}}), s_j)`
+    (``cell_coef``) — the quantity a cell's rows pin, so the data fix it whatever the group
+    level and trend share do. Sampling the deviation :math:`d_{uj}` instead (``cell_dev``,
+    before 2026-12-05) left every move of the trend share or the level to be compensated by
+    all of a group's deviations at once: on the default tier's one-group set
+    ``trend_logit[c2v]`` had posterior correlation 0.81 / −0.65 with two of them and was
+    the worst-mixing variable at every seed (``benchmarks/model_core.md``). Non-centred:
+    the standardised deviations (``cell_z``).
+    """
     deviating = [c for c in names if c in pr["cell_coefs"]]
     dev = pt.zeros((len(group), len(names)))
     if not deviating:
@@ -374,12 +383,11 @@ def _cell_level(pr: dict, dim: str, names: list, mu, group: np.ndarray, trend, s
     pm.Model.get_context().add_coord(coord, deviating)
     cols = [names.index(c) for c in deviating]
     if pr["centred_cells"]:
-        z = pm.Normal(f"cell_dev{suffix}", 0.0, cell_sd[cols], dims=(dim, coord))
-        scale = 1.0
-    else:
-        z = pm.Normal(f"cell_z{suffix}", 0.0, 1.0, dims=(dim, coord))
-        scale = cell_sd
-    return log_coefficients(mu, share, scale, pt.set_subtensor(dev[:, cols], z), group, trend)
+        loc = log_coefficients(mu, share, 0.0, dev, group, trend)
+        cell = pm.Normal(f"cell_coef{suffix}", loc[:, cols], cell_sd[cols], dims=(dim, coord))
+        return pt.set_subtensor(loc[:, cols], cell)
+    z = pm.Normal(f"cell_z{suffix}", 0.0, 1.0, dims=(dim, coord))
+    return log_coefficients(mu, share, cell_sd, pt.set_subtensor(dev[:, cols], z), group, trend)
 
 
 def _sweep_alpha(design: Design, pr: dict):
