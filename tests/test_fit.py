@@ -252,18 +252,6 @@ def test_real_b200_sd_fit_is_healthy_and_covers_the_unsaturated_points():
 #: The pooled structure with a latent alpha (issue 42): not healthy at the defaults (R-hat
 #: 1.01–1.04, bulk ESS 130–300 over seeds, benchmarks/model_core.md) — strict, so a fix turns
 #: these into failures to unmark.
-#: Three verifiers x two GPUs at the default seed since the drafter coefficients moved to
-#: their own draft units (issue 42): one chain of four sticks at step size 1e-14 (961
-#: divergences, R-hat 1.6). A start problem: PyMC's jitter of ±1 on every axis starts chains
-#: at log density −1e7, and that chain drifts into a region it never leaves; started at the
-#: support point (no jitter, ±0.1, or the MAP) the same set is healthy at seeds 20260 and 1.
-#: Not the default: with ±0.1 the default tier's sd set had 1 divergence at 2 of 4 seeds
-#: (its trend share of c2v mixes marginally from any start; benchmarks/model_core.md,
-#: 2026-12-05) — strict.
-STUCK_CHAIN = pytest.mark.xfail(
-    reason="issue 42: one chain sticks at the default seed (three verifiers x two GPUs)",
-    strict=True,
-)
 LATENT_POOLED = pytest.mark.xfail(
     reason="issue 42: the pooled structure's latent alpha is not healthy yet", strict=True
 )
@@ -277,7 +265,7 @@ LATENT_POOLED = pytest.mark.xfail(
         pytest.param("latent_alpha", marks=LATENT_POOLED),
         "closed_loop",
         pytest.param("closed_loop_latent_alpha", marks=LATENT_POOLED),
-        pytest.param("multi", marks=STUCK_CHAIN),
+        "multi",
     ],
 )
 def test_other_settings_sample_healthily(kind):
@@ -336,31 +324,40 @@ def test_unseen_cell_beyond_the_measured_kv_range_follows_the_trend():
     """A held-out cell with the largest KV cache, in every (verifier, GPU) group, is
     extrapolated along the cell trends of the pooled sd fit: its dense rows' mean latency's
     90 % band holds the true mean. (A dense-only table with one sweep per cell takes the
-    anchored structure, which has no cell trend: it refuses unseen cells, README.)"""
+    anchored structure, which has no cell trend: it refuses unseen cells, README.)
+
+    The unit of coverage is a group's held-out cell: its own c2v deviation (N(0, 0.05) in the
+    simulation) is drawn once and is unpredictable by construction, so its four loads are
+    covered or missed together. Three simulated sets, four groups each: 12 held-out cells, of
+    which a calibrated 90 % band misses 8 or more with probability 2.6 %. (One set alone was
+    a coin flip: at seed 5 one cell's truth sat at the band's 4.5 % quantile, inside or out by
+    Monte Carlo error.)"""
     cells = ((256, 256), (512, 512), (1024, 256), (256, 1024), (512, 128), (1024, 1024))
-    df, truth = simulate_sweeps(
-        verifiers={"A": 8e9, "B": 14e9}, hardware=("H100", "A100"), cells=cells, seed=5
-    )
-    held = df["cell"] == "1024x1024"
-    f = fit(df[~held], model="sd", sampler_config={"seed": 5}, progress=False)
-    s = f.summary()
-    assert s["structure"] == "pooled", s
-    assert s["divergences"] == 0 and s["max_r_hat"] <= 1.01 and s["min_ess_bulk"] >= 400, s
-    # loads up to half of saturation: past that a 1 % error in the extrapolated C2 is a
-    # large one in latency, for any model
-    test = df[held & (df["k"] == 0)]
-    test = test[test.groupby(["verifier", "hardware"])["rps"].rank() <= 4]
-    mu = f.mean_latency(test).values
-    lo, hi = np.quantile(mu, [0.05, 0.95], axis=0)
-    tr = truth.set_index(["verifier", "hardware", "cell"]).loc[
-        list(zip(test["verifier"], test["hardware"], test["cell"], strict=True))
-    ]
-    c1 = (tr["c1p"] + 1024.0 * tr["c1v"]).to_numpy()
-    c2 = (tr["c2p"] + 1024.0 * tr["c2v"]).to_numpy()
-    true_mu = laws.latency(test["rps"].to_numpy(), c1, c2)
-    # the held-out cell's own c2v deviation (N(0, 0.05) in the simulation) is unpredictable
-    # by construction: at half of saturation one sd of it moves the mean latency by ~5 %, so
-    # the band's calibration is the test, and the point error only has to be of that size
-    inside = (lo <= true_mu) & (true_mu <= hi)
-    assert inside.mean() >= 0.85, (lo, true_mu, hi)
-    assert np.abs(np.log(np.median(mu, axis=0) / true_mu)).max() < 0.15
+    covered, errors = [], []
+    for seed in (5, 6, 7):
+        df, truth = simulate_sweeps(
+            verifiers={"A": 8e9, "B": 14e9}, hardware=("H100", "A100"), cells=cells, seed=seed
+        )
+        held = df["cell"] == "1024x1024"
+        f = fit(df[~held], model="sd", sampler_config={"seed": seed}, progress=False)
+        s = f.summary()
+        assert s["structure"] == "pooled", s
+        assert s["divergences"] == 0 and s["max_r_hat"] <= 1.01 and s["min_ess_bulk"] >= 400, s
+        # loads up to half of saturation: past that a 1 % error in the extrapolated C2 is a
+        # large one in latency, for any model
+        test = df[held & (df["k"] == 0)]
+        test = test[test.groupby(["verifier", "hardware"])["rps"].rank() <= 4]
+        mu = f.mean_latency(test).values
+        lo, hi = np.quantile(mu, [0.05, 0.95], axis=0)
+        tr = truth.set_index(["verifier", "hardware", "cell"]).loc[
+            list(zip(test["verifier"], test["hardware"], test["cell"], strict=True))
+        ]
+        c1 = (tr["c1p"] + 1024.0 * tr["c1v"]).to_numpy()
+        c2 = (tr["c2p"] + 1024.0 * tr["c2v"]).to_numpy()
+        true_mu = laws.latency(test["rps"].to_numpy(), c1, c2)
+        inside = pd.Series((lo <= true_mu) & (true_mu <= hi), index=test.index)
+        covered += inside.groupby([test["verifier"], test["hardware"]]).all().tolist()
+        # at half of saturation one sd of the cell's deviation moves the mean latency ~5 %
+        errors.append(np.abs(np.log(np.median(mu, axis=0) / true_mu)).max())
+    assert np.sum(covered) >= 9, covered
+    assert max(errors) < 0.15, errors
