@@ -111,6 +111,11 @@ class Headline:
     n_star: pd.Series | None = None
 
 
+def _streams(n: float) -> str:
+    """A stream count as people write it: 5.83, 332, 1620 (not 1.62e+03)."""
+    return f"{n:.3g}" if n < 100 else f"{n:.0f}"
+
+
 def n_star_line(table: pd.DataFrame, prob: float = INTERVAL_PROB, beyond: float = np.nan) -> str:
     """One sentence on the break-even concurrency of ``plan.break_even(..., closed_loop=True)``
     (its first row); ``beyond``: the highest measured concurrency, past which N* is an
@@ -118,8 +123,8 @@ def n_star_line(table: pd.DataFrame, prob: float = INTERVAL_PROB, beyond: float 
     row = table.iloc[0]
     if np.isfinite(row.n_star_median):
         text = (
-            f"SD loses beyond N* = {row.n_star_median:.3g} streams ({prob:.0%} interval "
-            f"{row.n_star_lo:.3g}–{row.n_star_hi:.3g}; P(wins, then loses) "
+            f"SD loses beyond N* = {_streams(row.n_star_median)} streams ({prob:.0%} interval "
+            f"{_streams(row.n_star_lo)}–{_streams(row.n_star_hi)}; P(wins, then loses) "
             f"{row.p_wins_then_loses:.2f})"
         )
         if row.n_star_median > beyond:  # the law trusted past the data
