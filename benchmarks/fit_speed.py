@@ -9,9 +9,10 @@ For each case it measures, in the same process and on the same validated rows,
 
 * ``bayes``: :func:`specbayes.fit.fit` wall time end to end on the default core, split into
   ``build`` (validation, design arrays, the ``pm.Model``), ``compile`` (nutpie's numba
-  compile), ``sample`` (4 chains of NUTS and the exact noise-scale draws) and ``groups`` (the
-  stored log-likelihood and predictive groups), with its health numbers and *ESS per
-  second* (minimum bulk ESS over the free variables / wall time);
+  compile), ``start`` (the L-BFGS search for where chains begin), ``sample`` (4 chains of
+  NUTS and the exact noise-scale draws) and ``groups`` (the stored log-likelihood and
+  predictive groups), with its health numbers and *ESS per second* (minimum bulk ESS over
+  the free variables / wall time);
 * ``curve_fit``: :func:`specbayes.baseline.fit_configurations` — SciPy ``curve_fit`` of
   (C1, C2) per configuration (the paper's method), point estimates only.
 
@@ -114,6 +115,7 @@ def time_bayes(table, model: str, config: dict, save: Path | None = None) -> dic
         wall_s=wall,
         build_s=f.config.get("build_s", np.nan),
         compile_s=f.config.get("compile_s") or 0.0,
+        start_s=f.config.get("start_s") or 0.0,
         sample_s=f.config.get("sample_s", np.nan),
         groups_s=f.config.get("groups_s", np.nan),
         ess_per_s=s["min_ess_bulk"] / wall,
@@ -185,6 +187,7 @@ def main() -> None:
                 "wall_s",
                 "build_s",
                 "compile_s",
+                "start_s",
                 "sample_s",
                 "groups_s",
                 "ess_per_s",
@@ -210,15 +213,16 @@ def main() -> None:
         lines.append(
             f"| {case} | {args.model} | {result['rows']} | {len(runs)} | "
             f"{med['wall_s']:.1f} | {med['build_s']:.1f} | {med['compile_s']:.1f} | "
-            f"{med['sample_s']:.1f} | {med['groups_s']:.1f} | {cf_med:.2f} | "
+            f"{med['start_s']:.1f} | {med['sample_s']:.1f} | {med['groups_s']:.1f} | "
+            f"{cf_med:.2f} | "
             f"{result['ratio_to_curve_fit']:.1f}× | {med['min_ess_bulk']:.0f} | "
             f"{med['ess_per_s']:.1f} | {med['max_r_hat']:.3f} | {result['divergences']} | "
             f"{med['mean_steps']:.1f} | {result['healthy']} | {result['config']} |"
         )
     header = (
         "| case | model | rows | runs | bayes wall s (median) | build s | compile s | "
-        "sample s | groups s | curve_fit s | ratio | min bulk ESS | ESS/s | "
-        "max R-hat | divergences | steps/draw | healthy | sampler_config |\n|" + "---|" * 18
+        "start s | sample s | groups s | curve_fit s | ratio | min bulk ESS | ESS/s | "
+        "max R-hat | divergences | steps/draw | healthy | sampler_config |\n|" + "---|" * 19
     )
     stamp = (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, "
