@@ -72,9 +72,9 @@ def compile_model(model: pm.Model):
     prior, so the chains began at log density −9e6 to −1e7 on the three-verifier simulated
     set and found the bulk, or not, in early warmup. One chain of four stuck in a region it
     never left (step size 1e-14, 961 divergences, R-hat 1.6) — also from the support point
-    ±0.1 at that seed — and on one verifier of the paper set (6,624 rows) chains settled in
-    different places (R-hat > 2, 145–450 steps per draw). From the optimised start the
-    three-verifier set was healthy at 3 of 3 seeds and sampled in half the time
+    ±0.1 at that seed — and on one verifier of the paper set (Llama-3.1-8B, 6,624 rows)
+    chains settled in different places (R-hat > 2, 145–450 steps per draw). From the
+    optimised start both are healthy (three seeds; 31 steps per draw) and sample faster
     (``benchmarks/model_core.md``, 2026-12-05). Why a jitter: the chains should not start as
     one, and nutpie scales its first mass matrix by the gradient, which is exactly 0 on a
     prior-only position at its prior mean ("invalid initial point"). The numpyro sampler
