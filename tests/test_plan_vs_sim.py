@@ -44,20 +44,25 @@ def fitted():
     return fit(sweeps, model="sd", sampler_config={"seed": 3}, progress=False)
 
 
-def simulated_latency(alpha, k, rps, seed=11):
-    # 1200 requests: at the long latencies near capacity, 400 do not reach steady state
-    row = sim.simulate_point(
+def point(alpha, k, seed, n_requests, **load) -> dict:
+    """One simulated point of the swept server at ``rps=`` (open loop) or ``concurrency=``."""
+    return sim.simulate_point(
         VERIFIER,
-        n_requests=1200,
+        n_requests=n_requests,
         hardware=HW,
         drafter=DRAFTER if k else None,
         prefill=P,
         decode=G,
         alpha=alpha if k else None,
         k=k,
-        rps=rps,
         seed=seed,
+        **load,
     )
+
+
+def simulated_latency(alpha, k, rps, seed=11):
+    # 1200 requests: at the long latencies near capacity, 400 do not reach steady state
+    row = point(alpha, k, seed, 1200, rps=rps)
     return float(row["latency"]), bool(row["saturated"])
 
 
@@ -100,18 +105,7 @@ STREAMS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def closed_point(alpha, k, n, seed, n_requests=200) -> dict:
-    return sim.simulate_point(
-        VERIFIER,
-        hardware=HW,
-        drafter=DRAFTER if k else None,
-        prefill=P,
-        decode=G,
-        alpha=alpha if k else None,
-        k=k,
-        concurrency=n,
-        n_requests=n_requests,
-        seed=seed,
-    )
+    return point(alpha, k, seed, n_requests, concurrency=n)
 
 
 def simulated_crossover() -> float:
