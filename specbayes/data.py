@@ -76,8 +76,10 @@ from specbayes import laws
 __all__ = [
     "CONFIG_COLUMNS",
     "OPTIONAL_COLUMNS",
+    "PERCENTILE_LEVELS",
     "REQUIRED_COLUMNS",
     "TEXT_COLUMNS",
+    "TIMING_METRICS",
     "SweepTable",
     "SweepValidationError",
     "cell_label",
@@ -98,16 +100,53 @@ REQUIRED_COLUMNS: dict[str, str] = {
     "latency": "mean end-to-end request latency (s)",
 }
 
+#: Percentiles kept of each timing metric (``<metric>_p<level>`` columns, seconds).
+PERCENTILE_LEVELS: tuple[int, ...] = (50, 90, 95, 99)
+
+#: Timing metrics with a mean column (except latency, whose mean is required) and percentile
+#: columns; the percentiles are only those the tool reports — never interpolated.
+TIMING_METRICS: tuple[str, ...] = ("latency", "ttft", "itl", "tpot", "chunk_itl")
+
 #: Columns that are optional; readers use exactly these names and units.
 OPTIONAL_COLUMNS: dict[str, str] = {
     "alpha": "per-token acceptance probability in (0, 1]; required where k > 0 unless derivable",
     "drafter": "draft model name ('none' for dense rows)",
     "cell": "workload label grouping the rows of one (prefill, decode) workload",
     "tp": "tensor-parallel degree",
-    "latency_p50": "median end-to-end latency (s)",
-    "latency_p99": "99th-percentile end-to-end latency (s)",
-    "ttft": "mean time to first token (s)",
-    "itl": "mean inter-token latency (s)",
+    "latency_p50": "median (p50) of end-to-end latency over requests (s)",
+    "latency_p90": "90th percentile of end-to-end latency over requests (s)",
+    "latency_p95": "95th percentile of end-to-end latency over requests (s)",
+    "latency_p99": "99th percentile of end-to-end latency over requests (s)",
+    "ttft": "mean time to first token over requests (s)",
+    "ttft_p50": "median (p50) of time to first token (s)",
+    "ttft_p90": "90th percentile of time to first token (s)",
+    "ttft_p95": "95th percentile of time to first token (s)",
+    "ttft_p99": "99th percentile of time to first token (s)",
+    "itl": (
+        "mean inter-token latency (s): time per output token after the first, "
+        "(last token − first token) / (output tokens − 1) — GuideLLM's inter_token_latency_ms "
+        "(weighted by output tokens − 1), vLLM's and SGLang's TPOT (a plain mean over requests)"
+    ),
+    "itl_p50": "median (p50) of that inter-token latency (s)",
+    "itl_p90": "90th percentile of that inter-token latency (s)",
+    "itl_p95": "95th percentile of that inter-token latency (s)",
+    "itl_p99": "99th percentile of that inter-token latency (s)",
+    "tpot": (
+        "mean time per output token *including* the first (s), latency / output tokens — "
+        "GuideLLM's time_per_output_token_ms (vLLM's TPOT is ``itl`` here)"
+    ),
+    "tpot_p50": "median (p50) of that time per output token (s)",
+    "tpot_p90": "90th percentile of that time per output token (s)",
+    "tpot_p95": "95th percentile of that time per output token (s)",
+    "tpot_p99": "99th percentile of that time per output token (s)",
+    "chunk_itl": (
+        "mean gap between streamed chunks, pooled over all gaps (s) — vLLM's and SGLang's "
+        "ITL; under speculative decoding one chunk carries several tokens (≈ the step time)"
+    ),
+    "chunk_itl_p50": "median (p50) of the gaps between streamed chunks (s)",
+    "chunk_itl_p90": "90th percentile of the gaps between streamed chunks (s)",
+    "chunk_itl_p95": "95th percentile of the gaps between streamed chunks (s)",
+    "chunk_itl_p99": "99th percentile of the gaps between streamed chunks (s)",
     "n_requests": "successful requests in the measurement window",
     "n_errored": "errored requests in the window",
     "n_incomplete": "requests cancelled or unfinished at the end of the window",
@@ -388,6 +427,7 @@ def _check_values(df: pd.DataFrame, violations: list) -> None:
         rule(df["target_rps"] < 0, "target_rps must be >= 0", "target_rps")
     if "concurrency" in df:
         _littles_law(df, closed, rule)
+    _check_timings(df, rule)
     for col in ("verifier", "hardware"):
         rule(df[col].isna() | (df[col].astype(str).str.strip() == ""), "must not be empty", col)
     if "alpha" in df:
@@ -410,6 +450,40 @@ def _check_values(df: pd.DataFrame, violations: list) -> None:
             "acceptance_length must lie in (1, k + 1]",
             "acceptance_length",
         )
+
+
+#: Relative slack of the percentile order check: tools print percentiles of one sample, so
+#: any inversion is real, but a CSV round trip may perturb the last digit.
+PERCENTILE_ORDER_RTOL = 1e-9
+
+
+def _check_timings(df: pd.DataFrame, rule) -> None:
+    """Timing means and percentiles: finite where given, percentiles non-decreasing.
+
+    The readers' rules: end-to-end latency > 0; TTFT and the per-token times >= 0 (vLLM
+    writes a TPOT of 0 when every output is a single token). An empty cell means "not
+    reported" and passes; only values present are compared, so a file with p50 and p99 but
+    no p90 is checked p50 <= p99.
+    """
+    for metric in TIMING_METRICS:
+        names = [f"{metric}_p{level}" for level in PERCENTILE_LEVELS]
+        columns = [c for c in (metric, *names) if c in df and c != "latency"]
+        for col in columns:
+            _positive_where_given(df[col], col, rule, strict=metric == "latency")
+        present = [c for c in names if c in df]
+        for i, low in enumerate(present):
+            for high in present[i + 1 :]:
+                a, b = df[low], df[high]
+                rule(
+                    a.notna() & b.notna() & (a > b * (1 + PERCENTILE_ORDER_RTOL)),
+                    f"{low} must be <= {high} (percentiles p50 <= p90 <= p95 <= p99)",
+                    low,
+                )
+
+
+def _positive_where_given(v: pd.Series, col: str, rule, *, strict: bool) -> None:
+    ok = ((v > 0) if strict else (v >= 0)) & np.isfinite(v)
+    rule(v.notna() & ~ok, f"{col} must be {'>' if strict else '>='} 0 and finite", col)
 
 
 #: Closed loop: ``rps × latency / concurrency`` above this breaks Little's law (N = λ·L; the

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specbayes.data import PERCENTILE_LEVELS
+
 __all__ = [
     "ERROR_THRESHOLD",
+    "PERCENTILE_LEVELS",
     "RATE_TOLERANCE",
     "ROW_COLUMNS",
     "Fields",
@@ -27,6 +30,7 @@ __all__ = [
     "check_row",
     "flag",
     "load_file",
+    "put_seconds",
 ]
 
 #: Achieved / target rate below this flags an open-loop point as saturated (rate shortfall).
@@ -48,9 +52,29 @@ ROW_COLUMNS: tuple[str, ...] = (
     "rps",
     "latency",
     "latency_p50",
+    "latency_p90",
+    "latency_p95",
     "latency_p99",
     "ttft",
+    "ttft_p50",
+    "ttft_p90",
+    "ttft_p95",
+    "ttft_p99",
     "itl",
+    "itl_p50",
+    "itl_p90",
+    "itl_p95",
+    "itl_p99",
+    "tpot",
+    "tpot_p50",
+    "tpot_p90",
+    "tpot_p95",
+    "tpot_p99",
+    "chunk_itl",
+    "chunk_itl_p50",
+    "chunk_itl_p90",
+    "chunk_itl_p95",
+    "chunk_itl_p99",
     "n_requests",
     "n_errored",
     "n_incomplete",
@@ -227,6 +251,11 @@ def check_row(row: dict, fields: Fields) -> dict:
         if column in ("latency", "rps") and value <= 0:
             raise fields.error(f"gives {column} = {value!r} (must be > 0)", origin)
     return row
+
+
+def put_seconds(row: dict, column: str, value_ms: float | None) -> None:
+    """Set ``row[column]`` to ``value_ms`` converted to seconds (None stays None)."""
+    row[column] = None if value_ms is None else value_ms / 1000.0
 
 
 def flag(row: dict, reason: str) -> None:

@@ -24,8 +24,10 @@ Per benchmark the row takes
   is recomputed from the records and must agree (relative 1e-6); a sampled list is not
   used. Without the metric, the complete records give it (``latency_source =
   "requests"``), else Little's law ``request_concurrency / rps`` (``"littles_law"``);
-* ``latency_p50`` / ``latency_p99`` from the percentiles (legacy files lack ``p50``: the
-  median is used), ``ttft`` and ``itl`` converted from ms to s, ``prefill`` / ``decode``
+* ``latency_p50`` / ``_p90`` / ``_p95`` / ``_p99`` from ``request_latency``'s percentiles
+  (legacy files lack ``p50``: the median is used); ``ttft``, ``itl`` and ``tpot`` (means)
+  and their ``_p50 … _p99`` from ``time_to_first_token_ms``, ``inter_token_latency_ms``
+  and ``time_per_output_token_ms``, converted from ms to s; ``prefill`` / ``decode``
   from the mean prompt / output token counts, ``mean_batch`` from the time-weighted
   ``request_concurrency``;
 * strategy: ``synchronous`` is a closed loop with ``concurrency = 1``, ``concurrent`` one
@@ -48,11 +50,13 @@ from typing import Any
 
 from specbayes.ingest._common import (
     ERROR_THRESHOLD,
+    PERCENTILE_LEVELS,
     RATE_TOLERANCE,
     Fields,
     IngestError,
     check_row,
     flag,
+    put_seconds,
 )
 
 __all__ = [
@@ -67,6 +71,14 @@ __all__ = [
 STRATEGIES: tuple[str, ...] = ("synchronous", "throughput", "concurrent", "constant", "poisson")
 
 _REL_TOL = 1e-6
+
+#: GuideLLM streaming metric (ms, under ``metrics``) → schema column (s). GuideLLM's ITL
+#: excludes the first token and its TPOT includes it (``specbayes.data.OPTIONAL_COLUMNS``).
+_STREAMING_METRICS: dict[str, str] = {
+    "time_to_first_token_ms": "ttft",
+    "inter_token_latency_ms": "itl",
+    "time_per_output_token_ms": "tpot",
+}
 
 
 def is_guidellm(doc: Any) -> bool:
@@ -234,18 +246,39 @@ def benchmark_row(
         else None
     )
     if lat is not None:
-        p50 = lat.num("percentiles.p50", None, positive=True)
-        row["latency_p50"] = p50 if p50 is not None else lat.num("median", None, positive=True)
-        row["latency_p99"] = lat.num("percentiles.p99", None, positive=True)
-    ttft = metrics.num("time_to_first_token_ms.successful.mean", None, nonnegative=True)
-    itl = metrics.num("inter_token_latency_ms.successful.mean", None, nonnegative=True)
-    row["ttft"] = None if ttft is None else ttft / 1000.0
-    row["itl"] = None if itl is None else itl / 1000.0
+        _percentiles(lat, "latency", row, scale=1.0, positive=True)
+    for key, column in _STREAMING_METRICS.items():
+        _streaming(metrics, key, column, row)
     row["prefill"] = metrics.num("prompt_token_count.successful.mean", nonnegative=True)
     row["decode"] = metrics.num("output_token_count.successful.mean", positive=True)
 
     _saturation(b, row, kind, legacy, rate_tolerance, error_threshold)
     return check_row(row, b)
+
+
+def _percentiles(dist: Fields, column: str, row: dict, *, scale: float, positive: bool) -> None:
+    """``<column>_p50 … _p99`` from one distribution's ``percentiles`` (times ``scale``).
+
+    Legacy files lack ``p50``; their ``median`` is the same statistic. A level the file
+    does not carry stays empty: none is interpolated from its neighbours.
+    """
+    for level in PERCENTILE_LEVELS:
+        keys = (f"percentiles.p{level}", "median") if level == 50 else (f"percentiles.p{level}",)
+        value = None
+        for key in keys:
+            value = dist.num(key, None, positive=positive, nonnegative=not positive)
+            if value is not None:
+                break
+        row[f"{column}_p{level}"] = None if value is None else value * scale
+
+
+def _streaming(metrics: Fields, key: str, column: str, row: dict) -> None:
+    """Mean and percentiles of one per-request streaming metric (ms in the file, s here)."""
+    if not metrics.has(f"{key}.successful"):
+        return
+    dist = metrics.sub(f"{key}.successful")
+    put_seconds(row, column, dist.num("mean", None, nonnegative=True))
+    _percentiles(dist, column, row, scale=1e-3, positive=False)
 
 
 def _record_latency(record: Fields) -> float:

@@ -29,14 +29,6 @@ _COLUMNS: dict[tuple[str, str, str], str] = {
     ("Request Counts", "Successful", ""): "metrics.request_totals.successful",
     ("Request Counts", "Errored", ""): "metrics.request_totals.errored",
     ("Request Counts", "Incomplete", ""): "metrics.request_totals.incomplete",
-    ("Request Latency", "Successful Sec", "Mean"): "metrics.request_latency.successful.mean",
-    ("Request Latency", "Successful Sec", "Median"): "metrics.request_latency.successful.median",
-    ("Time to First Token", "Successful ms", "Mean"): (
-        "metrics.time_to_first_token_ms.successful.mean"
-    ),
-    ("Inter Token Latency", "Successful ms", "Mean"): (
-        "metrics.inter_token_latency_ms.successful.mean"
-    ),
     ("Server Throughput", "Successful Requests/Sec", "Mean"): (
         "metrics.requests_per_second.successful.mean"
     ),
@@ -50,7 +42,22 @@ _COLUMNS: dict[tuple[str, str, str], str] = {
         "metrics.output_token_count.successful.mean"
     ),
 }
-_P99 = ("Request Latency", "Successful Sec", "Percentiles")
+#: Distributions whose Mean, Median and Percentiles columns are read: (group, status and
+#: unit) → path of the ``successful`` statistics in the JSON benchmark.
+_DISTRIBUTIONS: dict[tuple[str, str], str] = {
+    ("Request Latency", "Successful Sec"): "metrics.request_latency.successful",
+    ("Time to First Token", "Successful ms"): "metrics.time_to_first_token_ms.successful",
+    ("Inter Token Latency", "Successful ms"): "metrics.inter_token_latency_ms.successful",
+    ("Time per Output Token", "Successful ms"): "metrics.time_per_output_token_ms.successful",
+}
+for (_group, _status), _path in _DISTRIBUTIONS.items():
+    _COLUMNS[(_group, _status, "Mean")] = f"{_path}.mean"
+    _COLUMNS[(_group, _status, "Median")] = f"{_path}.median"
+_REQUIRED = (("Request Latency", "Successful Sec", "Mean"),)
+
+#: The Percentiles cell is ``[min, p001, p01, p05, p10, p25, p75, p90, p95, p99, max]`` —
+#: no p50 (the Median column is it); positions of the levels kept.
+_PERCENTILE_POSITIONS: dict[str, int] = {"p90": 7, "p95": 8, "p99": 9}
 _STRATEGY = ("Benchmark", "Strategy", "")
 
 
@@ -97,7 +104,7 @@ def read_guidellm_csv(
     header = list(zip(*table[:3], strict=False))
     width = len(header)
     index = {tuple(c.strip() for c in col): i for i, col in enumerate(header)}
-    for col in (_STRATEGY, *list(_COLUMNS)[:5]):
+    for col in (_STRATEGY, *list(_COLUMNS)[:4], *_REQUIRED):
         if col not in index:
             raise IngestError(path, "column missing from the GuideLLM CSV header", " | ".join(col))
     data = [r for r in table[3:] if any(c.strip() for c in r)]
@@ -129,13 +136,7 @@ def read_guidellm_csv(
         elif arg and kind == "concurrent":
             strategy["streams"] = _number(arg, path, where, _STRATEGY)
         bench["config"] = {"strategy": strategy}
-        if _P99 in index:
-            try:
-                pct = json.loads(cells[index[_P99]])
-            except json.JSONDecodeError:
-                pct = None
-            if isinstance(pct, list) and len(pct) == 11:  # [min, p001 … p99, max], no p50
-                _set(bench, "metrics.request_latency.successful.percentiles.p99", pct[9])
+        _percentiles(cells, index, bench)
         row = benchmark_row(
             Fields(bench, path, where),
             legacy=False,
@@ -146,6 +147,21 @@ def read_guidellm_csv(
         row["source"] = f"{path}#{where}"
         rows.append(row)
     return rows, {"format": "guidellm csv", "model": _model(data[0], index)}
+
+
+def _percentiles(cells: list[str], index: dict, bench: dict) -> None:
+    """p90 / p95 / p99 of each distribution from its Percentiles cell (a JSON list)."""
+    for (group, status), path in _DISTRIBUTIONS.items():
+        col = index.get((group, status, "Percentiles"))
+        if col is None:
+            continue
+        try:
+            pct = json.loads(cells[col])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(pct, list) and len(pct) == 11:
+            for level, position in _PERCENTILE_POSITIONS.items():
+                _set(bench, f"{path}.percentiles.{level}", pct[position])
 
 
 def _model(cells: list[str], index: dict) -> str | None:

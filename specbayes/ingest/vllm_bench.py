@@ -17,9 +17,15 @@ Per run the row takes
   ``mean_ttft_ms + mean_tpot_ms × (decode − 1)`` (``"approx"`` — exact only when every
   request has the same output length); for a closed loop, Little's law
   ``max_concurrency / request_throughput`` (``"littles_law"``);
+* ``latency_p50`` / ``_p90`` / ``_p95`` / ``_p99`` = ``median_e2el_ms`` (or ``p50_…``) and
+  ``p90_…`` / ``p95_…`` / ``p99_e2el_ms`` where written (``--percentile-metrics`` must
+  include ``e2el``; SGLang: ``…_e2e_latency_ms``), else the percentiles of the complete
+  per-request latencies when the file has them;
 * ``ttft`` = ``mean_ttft_ms``; ``itl`` = ``mean_tpot_ms`` (per output token after the
-  first — GuideLLM's ITL definition; vLLM's ``mean_itl_ms`` is per streamed *chunk* and
-  several tokens share a chunk under speculative decoding);
+  first — GuideLLM's ITL definition); ``chunk_itl`` = ``mean_itl_ms`` (per streamed
+  *chunk*: several tokens share a chunk under speculative decoding); each with
+  ``_p50`` … ``_p99`` from ``median_<m>_ms`` / ``p<P>_<m>_ms`` for the levels the file
+  has (``--metric-percentiles``, default 99 only); ms → s;
 * ``prefill`` / ``decode`` = ``total_input_tokens`` / ``total_output_tokens`` per
   completed request; ``n_errored`` = ``failed`` (older files: ``num_prompts − completed``);
 * speculative decoding (newer vLLM): ``acceptance_marginal`` =
@@ -41,16 +47,23 @@ import numpy as np
 
 from specbayes.ingest._common import (
     ERROR_THRESHOLD,
+    PERCENTILE_LEVELS,
     RATE_TOLERANCE,
     Fields,
     check_number,
     check_row,
     flag,
+    put_seconds,
 )
 
 __all__ = ["is_sglang_bench", "is_vllm_bench", "read_vllm_bench"]
 
 _REL_TOL = 1e-6
+
+#: Tool metric (``mean_/median_/p<P>_<metric>_ms``) → schema column. vLLM's and SGLang's
+#: TPOT is the schema's ``itl`` (per output token after the first, as GuideLLM's ITL);
+#: their ITL is per streamed chunk (``chunk_itl``).
+_STREAMING_METRICS: dict[str, str] = {"ttft": "ttft", "tpot": "itl", "itl": "chunk_itl"}
 
 
 def is_vllm_bench(doc: Any) -> bool:
@@ -216,18 +229,16 @@ def read_vllm_bench(
         flag(row, f"errored: {failed:g} of {total:g} requests failed")
 
     _latency(f, row, sglang)
-    ttft = f.num("mean_ttft_ms", None, nonnegative=True)
-    tpot = f.num("mean_tpot_ms", None, nonnegative=True)
-    row["ttft"] = None if ttft is None else ttft / 1000.0
-    row["itl"] = None if tpot is None else tpot / 1000.0
+    for metric, column in _STREAMING_METRICS.items():
+        put_seconds(row, column, f.num(f"mean_{metric}_ms", None, nonnegative=True))
+        for level in PERCENTILE_LEVELS:
+            put_seconds(row, f"{column}_p{level}", _reported(f, metric, level, positive=False))
     _spec_decode(f, row, sglang)
     return check_row(row, f)
 
 
 def _latency(f: Fields, row: dict, sglang: bool) -> None:
     e2e = "mean_e2e_latency_ms" if sglang else "mean_e2el_ms"
-    median = "median_e2e_latency_ms" if sglang else "median_e2el_ms"
-    p99 = "p99_e2e_latency_ms" if sglang else "p99_e2el_ms"
     detail = _per_request(f)
     exact = detail["latencies"] if detail else None
     if exact is not None and len(exact) != row["n_requests"]:
@@ -277,14 +288,27 @@ def _latency(f: Fields, row: dict, sglang: bool) -> None:
             f"mean latency recovered as {row['latency']!r} s (must be > 0)",
             row["latency_source"],
         )
-    p50 = f.num(median, None, positive=True)
-    p99v = f.num(p99, None, positive=True)
-    if p50 is None and exact:
-        p50 = float(np.percentile(exact, 50)) * 1000.0
-    if p99v is None and exact:
-        p99v = float(np.percentile(exact, 99)) * 1000.0
-    row["latency_p50"] = None if p50 is None or p50 <= 0 else p50 / 1000.0
-    row["latency_p99"] = None if p99v is None or p99v <= 0 else p99v / 1000.0
+    metric = "e2e_latency" if sglang else "e2el"
+    for level in PERCENTILE_LEVELS:
+        value = _reported(f, metric, level, positive=True)
+        if value is None and exact:
+            # the complete per-request latencies are the sample the tool would have summarised
+            value = float(np.percentile(exact, level)) * 1000.0
+        put_seconds(row, f"latency_p{level}", value if value is None or value > 0 else None)
+
+
+def _reported(f: Fields, metric: str, level: int, *, positive: bool) -> float | None:
+    """The ``level``-th percentile of ``metric`` (ms) as the file reports it, else None.
+
+    ``--metric-percentiles`` chooses the ``p<level>_<metric>_ms`` keys (default only 99);
+    the median is always written as ``median_<metric>_ms``.
+    """
+    keys = [f"p{level}_{metric}_ms"] + ([f"median_{metric}_ms"] if level == 50 else [])
+    for key in keys:
+        value = f.num(key, None, positive=positive, nonnegative=not positive)
+        if value is not None:
+            return value
+    return None
 
 
 def _spec_decode(f: Fields, row: dict, sglang: bool) -> None:
