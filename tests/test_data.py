@@ -74,6 +74,35 @@ def test_each_bad_input_names_field_rows_and_rule(sweeps, column, row, value, fi
     assert f"rows [{row}]" in message
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "rule"),
+    [
+        ("ttft_p90", 0.5, r"ttft_p50 must be <= ttft_p90 \(percentiles p50 <= p90 <= p95 <= p99\)"),
+        ("latency_p95", -1.0, "latency_p95 must be > 0 and finite"),
+        ("itl_p99", np.inf, "itl_p99 must be >= 0 and finite"),
+        ("tpot", -0.001, "tpot must be >= 0 and finite"),
+    ],
+)
+def test_timing_percentiles_validated(sweeps, column, value, rule):
+    good = sweeps.assign(ttft_p50=1.0, ttft_p90=2.0, ttft_p99=3.0, latency_p95=np.nan)
+    data.validate_sweeps(good)  # p95 not reported: p50 <= p90 <= p99 is all there is to check
+    bad = good.copy()
+    bad.loc[3, column] = value
+    with pytest.raises(data.SweepValidationError, match=rule) as err:
+        data.validate_sweeps(bad, source="pct.csv")
+    assert str(err.value).startswith("pct.csv:")
+    ((_, field, rows),) = err.value.violations  # one rule broken, on the one row changed
+    assert field == ("ttft_p50" if column == "ttft_p90" else column) and rows == [3]
+
+
+def test_percentile_order_skips_levels_not_reported(sweeps):
+    bad = sweeps.assign(itl_p50=0.02, itl_p99=0.01)  # no p90/p95: p50 is compared with p99
+    with pytest.raises(
+        data.SweepValidationError, match="field 'itl_p50': itl_p50 must be <= itl_p99"
+    ):
+        data.validate_sweeps(bad)
+
+
 def test_all_violations_reported_in_one_error(sweeps):
     bad = sweeps.copy()
     bad.loc[1, "latency"] = 0.0

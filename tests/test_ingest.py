@@ -240,6 +240,51 @@ def test_sglang_line():
     assert row.concurrency == 16 and row.mean_batch == 15.0 and np.isnan(row.target_rps)
 
 
+def test_sglang_percentiles_its_line_carries():
+    row = read(FIX / "sglang_bench.jsonl").iloc[0]
+    assert (row.latency_p50, row.latency_p99) == (1.45, 2.5)
+    assert (row.ttft_p50, row.ttft_p99) == (0.09, 0.25)
+    # SGLang's TPOT (per token after the first) is itl; its per-chunk ITL, with p95, chunk_itl
+    assert (row.itl, row.itl_p50, row.itl_p99) == (0.011, 0.0105, 0.016)
+    assert (row.chunk_itl_p50, row.chunk_itl_p95, row.chunk_itl_p99) == (0.01, 0.02, 0.03)
+    for col in ("latency_p90", "latency_p95", "ttft_p90", "ttft_p95", "itl_p95", "tpot"):
+        assert np.isnan(row[col]), col
+
+
+def test_vllm_every_requested_percentile_kept():
+    doc = load("vllm_all_percentiles.json")
+    row = read(FIX / "vllm_all_percentiles.json").iloc[0]
+    for metric, column in (
+        ("e2el", "latency"),
+        ("ttft", "ttft"),
+        ("tpot", "itl"),
+        ("itl", "chunk_itl"),
+    ):
+        for level in (50, 90, 95, 99):
+            assert row[f"{column}_p{level}"] == doc[f"p{level}_{metric}_ms"] / 1000, (column, level)
+    assert row.latency_p90 == 0.45 and row.ttft_p95 == 0.033
+
+
+def test_vllm_latency_percentiles_from_complete_per_request_arrays():
+    doc = load("vllm_detailed.json")
+    row = read(FIX / "vllm_detailed.json").iloc[0]
+    ok = [j for j, e in enumerate(doc["errors"]) if e == ""]
+    lat = [doc["ttfts"][j] + sum(doc["itls"][j]) for j in ok]
+    for level in (50, 90, 95, 99):
+        assert row[f"latency_p{level}"] == pytest.approx(np.percentile(lat, level), rel=1e-12)
+
+
+def test_guidellm_fixture_percentiles_and_legacy_median():
+    v2 = read(FIX / "guidellm_v2.json.gz")
+    assert v2.latency_p50[4] == 3.1 and v2.latency_p90[4] == 3.1 and v2.latency_p99[4] == 4.0
+    assert v2.ttft_p99[4] == 0.9 and v2.itl_p95[0] == 0.005
+    assert v2.tpot.isna().all()  # the fixture has no time_per_output_token_ms
+    legacy = read(FIX / "guidellm_legacy.json")
+    doc = load("guidellm_legacy.json")
+    lat = doc["benchmarks"][0]["metrics"]["request_latency"]["successful"]
+    assert "p50" not in lat["percentiles"] and legacy.latency_p50[0] == lat["median"]
+
+
 def test_littles_law_for_closed_loop_without_latency(tmp_path):
     doc = load("vllm_default.json")
     for key in ("mean_ttft_ms", "mean_tpot_ms"):

@@ -160,3 +160,65 @@ def test_all_examples_ingest_and_validate():
     table = validate_sweeps(df)
     assert len(table.data) + len(table.excluded) == len(df)
     assert set(table.excluded.index) >= set(df.index[df.saturated])
+
+
+# -- percentiles (issue 45): every level the file carries, ms → s, none invented -------------
+
+LEVELS = (50, 90, 95, 99)
+#: GuideLLM metric → (schema column, factor to seconds)
+GUIDELLM_METRICS = {
+    "request_latency": ("latency", 1.0),
+    "time_to_first_token_ms": ("ttft", 1e-3),
+    "inter_token_latency_ms": ("itl", 1e-3),
+    "time_per_output_token_ms": ("tpot", 1e-3),
+}
+
+
+@pytest.mark.parametrize("rel", GUIDELLM_JSON)
+def test_guidellm_percentiles_equal_the_file(rel):
+    doc = raw(rel)
+    df = read(EXAMPLES / rel)
+    for i, bench in enumerate(doc["benchmarks"]):
+        row = df.iloc[i]
+        for metric, (column, scale) in GUIDELLM_METRICS.items():
+            dist = bench["metrics"][metric]["successful"]
+            pct = dist["percentiles"]
+            for level in LEVELS:
+                # legacy files print no p50; their median is that statistic
+                expected = pct.get(f"p{level}", dist["median"] if level == 50 else None)
+                assert row[f"{column}_p{level}"] == pytest.approx(expected * scale, rel=1e-15)
+            if column != "latency":
+                assert row[column] == pytest.approx(dist["mean"] * scale, rel=1e-15)
+        # GuideLLM has no per-chunk gaps: those columns stay empty rather than copied
+        assert row[[f"chunk_itl_p{q}" for q in LEVELS]].isna().all()
+
+
+def test_guidellm_csv_081_percentiles_match_json():
+    csv = read(EXAMPLES / "guidellm/v0.8.1_sweep/benchmarks.csv")
+    js = read(EXAMPLES / "guidellm/v0.8.1_sweep/benchmarks.json.gz")
+    for metric in ("latency", "ttft", "itl", "tpot"):
+        for col in [f"{metric}_p{q}" for q in LEVELS] + ([metric] if metric != "latency" else []):
+            assert csv[col].notna().all(), col
+            np.testing.assert_allclose(csv[col], js[col], rtol=1e-12, err_msg=col)
+
+
+VLLM_EXAMPLES = [
+    "vllm-bench/v0.13.0_default/openai-4.0qps-mock-llm-20261129-064040.json",
+    "vllm-bench/v0.13.0_concurrency/openai-chat-infqps-concurrency8-mock-llm-20261129-064313.json",
+]
+
+
+@pytest.mark.parametrize("rel", VLLM_EXAMPLES)
+def test_vllm_percentiles_equal_the_file_and_absent_ones_stay_empty(rel):
+    doc = raw(rel)
+    row = read(EXAMPLES / rel).iloc[0]
+    # vLLM's TPOT is the schema's itl; its per-chunk ITL is chunk_itl
+    for metric, column in {"ttft": "ttft", "tpot": "itl", "itl": "chunk_itl"}.items():
+        assert row[column] == doc[f"mean_{metric}_ms"] / 1000
+        assert row[f"{column}_p50"] == doc[f"median_{metric}_ms"] / 1000
+        assert row[f"{column}_p99"] == doc[f"p99_{metric}_ms"] / 1000
+        # the default --metric-percentiles is 99 only: p90/p95 are not interpolated
+        assert np.isnan(row[f"{column}_p90"]) and np.isnan(row[f"{column}_p95"])
+    # no e2el in the default --percentile-metrics and no per-request arrays: no latency tails
+    assert row[[f"latency_p{q}" for q in LEVELS]].isna().all()
+    assert row[[f"tpot_p{q}" for q in LEVELS]].isna().all() and np.isnan(row.tpot)

@@ -10,7 +10,9 @@ N = 1 … 128 streams; arms: dense (k = 0), DSpark (k = 7), native MTP (k = 2).
 Per point the row takes ``concurrency = N``, ``rps`` = completed request rate,
 ``latency`` from Little's law = mean active concurrency / completed request rate
 (``latency_source = "littles_law"``; the source prints no mean end-to-end latency),
-``mean_batch`` = the mean active concurrency, ``itl`` = mean ITL, ``prefill`` / ``decode``
+``mean_batch`` = the mean active concurrency, ``itl`` = mean ITL, ``itl_p50`` = median
+ITL, ``ttft_p50`` / ``ttft_p99`` = median / p99 TTFT (ms → s; the source prints no mean
+TTFT and no other percentile, so those columns stay empty), ``prefill`` / ``decode``
 = the point's mean prompt / output tokens, ``acceptance_length`` = 1 + accepted / drafts
 (checked against the published value), ``cell`` = the dataset (``HumanEval`` or
 ``math_reasoning``). The points the source flags as queueing inside the server (DSpark at
@@ -59,6 +61,12 @@ _METRICS = (
     "mean_itl_ms",
     "successful_requests_in_window",
 )
+#: Percentiles the source prints (ms) → schema columns (s); GuideLLM's ITL, as ``itl``.
+_PERCENTILE_METRICS = {
+    "median_ttft_ms": "ttft_p50",
+    "p99_ttft_ms": "ttft_p99",
+    "median_itl_ms": "itl_p50",
+}
 _COLUMNS = (
     "source",
     "model",
@@ -137,6 +145,11 @@ def convert_speculators(path: str | Path = DEFAULT_SOURCE) -> pd.DataFrame:
             "rps": rps,
             "latency": active / rps,
             "itl": float(values["mean_itl_ms"]) / 1000.0,
+            **{
+                column: float(values[metric]) / 1000.0
+                for metric, column in _PERCENTILE_METRICS.items()
+                if metric in values
+            },
             "n_requests": float(values["successful_requests_in_window"]),
             "concurrency": float(n),
             "mean_batch": active,
