@@ -50,9 +50,13 @@ _DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("Inter Token Latency", "Successful ms"): "metrics.inter_token_latency_ms.successful",
     ("Time per Output Token", "Successful ms"): "metrics.time_per_output_token_ms.successful",
 }
-for (_group, _status), _path in _DISTRIBUTIONS.items():
-    _COLUMNS[(_group, _status, "Mean")] = f"{_path}.mean"
-    _COLUMNS[(_group, _status, "Median")] = f"{_path}.median"
+_COLUMNS.update(
+    {
+        (group, status, stat): f"{path}.{stat.lower()}"
+        for (group, status), path in _DISTRIBUTIONS.items()
+        for stat in ("Mean", "Median")
+    }
+)
 _REQUIRED = (("Request Latency", "Successful Sec", "Mean"),)
 
 #: The Percentiles cell is ``[min, p001, p01, p05, p10, p25, p75, p90, p95, p99, max]`` —
