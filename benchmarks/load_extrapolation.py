@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import platform
 import sys
 import time
@@ -191,14 +192,16 @@ def _interval(name: str, draws: np.ndarray, observed: float) -> dict:
     }
 
 
-def run_pair(name: str, rows: pd.DataFrame, fit_all: bool, seed: int) -> tuple[pd.DataFrame, dict]:
+def run_pair(
+    name: str, rows: pd.DataFrame, fit_all: bool, seed: int, priors: dict | None = None
+) -> tuple[pd.DataFrame, dict]:
     train, held, left = split(rows)
     if fit_all:
         train = rows
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        f = fit(train, model="sd", sampler_config={"seed": seed}, progress=False)
+        f = fit(train, model="sd", sampler_config={"seed": seed}, priors=priors, progress=False)
     s = f.summary()
     info = {
         "pair": name,
@@ -253,6 +256,7 @@ def main() -> None:
     ap.add_argument("--cases", default="real,sim", help="comma list: real, sim, or pair names")
     ap.add_argument("--fit-all", action="store_true", help="fit every load (inside the data)")
     ap.add_argument("--seed", type=int, default=0, help="sampler seed of every fit")
+    ap.add_argument("--priors", type=json.loads, default=None, help="prior overrides (JSON)")
     ap.add_argument("--write", action="store_true", help="append the result to the .md")
     args = ap.parse_args()
     wanted = args.cases.split(",")
@@ -266,7 +270,7 @@ def main() -> None:
     t0 = time.perf_counter()
     scores, infos = [], []
     for name, rows in pairs.items():
-        s, info = run_pair(name, rows, args.fit_all, args.seed)
+        s, info = run_pair(name, rows, args.fit_all, args.seed, args.priors)
         scores.append(s)
         infos.append(info)
         print(f"{name}: {info}", file=sys.stderr, flush=True)
@@ -282,7 +286,11 @@ def main() -> None:
 def _record(args, scores: pd.DataFrame, infos: pd.DataFrame, wall: float) -> str:
     what = "all loads fitted (inside the data)" if args.fit_all else "lower half fitted"
     cmd = "benchmarks/load_extrapolation.py" + (" --fit-all" if args.fit_all else "")
-    cmd += f" --cases {args.cases} --seed {args.seed} --write"
+    cmd += f" --cases {args.cases} --seed {args.seed}"
+    if args.priors is not None:
+        cmd += f" --priors '{json.dumps(args.priors)}'"
+        what += f", priors {json.dumps(args.priors)}"
+    cmd += " --write"
     cols = ["pair", "load", "obs_speedup", "speedup_med", "speedup_lo90", "speedup_hi90",
             "speedup_in90", "speedup_in50", "dense_in90", "sd_in90", "p_faster"]  # fmt: skip
     return "\n".join([

@@ -55,6 +55,7 @@ __all__ = [
     "saturation_rps",
     "speedup",
     "speedup_from_ratios",
+    "token_knee_curvature",
     "verifier_passes",
 ]
 
@@ -607,6 +608,41 @@ def effective_curvature(
         passes = verifier_passes(decode, alpha, k)
     return batch_curvature(
         cycle_cost(c2p, passes, c2v), passes * k * c2d, knee_verifier, knee_drafter
+    )
+
+
+def token_knee_curvature(
+    c2p: Any,
+    c2v: Any,
+    c2d: Any,
+    decode: Any,
+    alpha: Any,
+    k: Any,
+    knee_tokens: Any,
+    passes: Any = None,
+) -> Any:
+    r""":func:`effective_curvature` with both knees from one knee in tokens per pass.
+
+    A pass turns compute-bound at about :math:`K` tokens, whatever carries them: a verifier
+    pass holds :math:`k + 1` tokens of each of its :math:`B` sequences, a drafter pass one, so
+    the verifier part of :math:`C_2` doubles at a batch of :math:`K/(k + 1)` requests and the
+    drafter part at :math:`K`:
+
+    .. math::  C_3 = \frac{(k + 1)\,C_{2,v}}{K} + \frac{C_{2,d}}{K}
+
+    Speculation moves the verifier's knee to a batch :math:`k + 1` times smaller — why a
+    speculative arm's latency bends upward at loads where the dense arm's is still linear
+    (the real B200 sweeps of ``data/real``, ``benchmarks/load_extrapolation.md``).
+
+    Parameters
+    ----------
+    c2p, c2v, c2d, decode, alpha, k, passes
+        As :func:`effective_curvature`.
+    knee_tokens : array_like
+        :math:`K`, tokens per pass (``inf`` = no curvature).
+    """
+    return effective_curvature(
+        c2p, c2v, c2d, decode, alpha, k, knee_tokens / (k + 1.0), knee_tokens, passes
     )
 
 

@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
-KNEES = ("knee_verifier", "knee_drafter")
+KNEES = ("knee_verifier", "knee_drafter", "knee_tokens")
 DEFAULT_KS: tuple[int, ...] = tuple(range(0, 11))
 #: P(C2R > 1) at or above which a configuration gets the note's "red flag".
 RED_FLAG_PROB = 0.9
@@ -231,10 +231,22 @@ def _costs(
     c = {name: coefs[name].reshape((n,) + (1,) * extra) for name in COEFFICIENTS + KNEES}
     k = k[None, ...]
     c1, c2 = laws.effective_costs(*(c[name] for name in COEFFICIENTS), arm.decode, alpha, k)
-    c3 = laws.effective_curvature(
-        c["c2p"], c["c2v"], c["c2d"], arm.decode, alpha, k, c["knee_verifier"], c["knee_drafter"]
-    )
+    c3 = curvature(c, arm.decode, alpha, k)
     return c1, c2, np.broadcast_to(c3, c2.shape)
+
+
+def curvature(coefs: dict, decode: Any, alpha: Any, k: Any) -> np.ndarray:
+    """The batch curvature :math:`C_3` of coefficient draws (``inf`` knees: none): the old
+    core's knees in requests (:func:`laws.effective_curvature`) or the default core's knee in
+    tokens per pass (:func:`laws.token_knee_curvature`)."""
+    c = {name: coefs.get(name, np.inf) for name in ("c2p", "c2v", "c2d", *KNEES)}
+    requests = laws.effective_curvature(
+        c["c2p"], c["c2v"], c["c2d"], decode, alpha, k, c["knee_verifier"], c["knee_drafter"]
+    )
+    tokens = laws.token_knee_curvature(
+        c["c2p"], c["c2v"], c["c2d"], decode, alpha, k, c["knee_tokens"]
+    )
+    return requests + tokens
 
 
 def effective_cost_draws(

@@ -70,8 +70,7 @@ def collapse_points(fit: Any) -> pd.DataFrame:
         alpha[:, idx] = np.asarray(fit.alpha_draws(v, dr, cell))[:, None]
     g, k = d["decode"].to_numpy(), d["k"].to_numpy()
     c1, c2 = laws.effective_costs(*coefs, g, alpha, k)
-    knees = [ds[n].values if n in ds else np.inf for n in plan.KNEES]  # none: no curvature
-    c3 = laws.effective_curvature(*coefs[3:], g, alpha, k, *knees)
+    c3 = plan.curvature({n: ds[n].values for n in ds.data_vars}, g, alpha, k)
     c1m, c2m, c3m = (np.mean(np.broadcast_to(c, c1.shape), axis=0) for c in (c1, c2, c3))
     conc = d["concurrency"].to_numpy(dtype=float) if "concurrency" in d else np.full(len(d), np.nan)
     mu = np.where(  # the law at the posterior-mean costs (inf past its wall)

@@ -303,6 +303,11 @@ class NextFit:
         dense = (rows["k"] == 0).to_numpy()
         out[:, dense, 2] = out[:, dense, 5] = 0.0
         data = {c: (("sample", "row"), out[..., j]) for j, c in enumerate(COEFS)}
+        if "knee_tokens" in self._post():  # the group's knee of the batch curvature
+            group = pd.Index(d.coords["group"]).get_indexer(
+                rows["verifier"] + "|" + rows["hardware"]
+            )
+            data["knee_tokens"] = (("sample", "row"), self._post()["knee_tokens"].values[:, group])
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
 
     def _unit_coefficients(self, unit: int, row: pd.Series) -> np.ndarray:
@@ -408,29 +413,36 @@ class NextFit:
 
     def _row_costs(
         self, rows: pd.DataFrame, measured: bool, seed: int | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(sample, row) log costs: the sampled ones of fitted configurations, else from the
-        coefficients plus a fresh sweep deviation (pooled; C2 below the rows' wall when
-        ``measured``)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sample, row) log costs and curvature :math:`C_3` (0 without a knee): the sampled
+        ones of fitted configurations, else from the coefficients plus a fresh sweep
+        deviation (pooled; C2 below the rows' wall when ``measured``) and the group's knee
+        (:func:`specbayes.model_next.graph.sweep_curvature`)."""
         d, post = self.design, self._post()
         sweep_of = pd.Index(d.coords["sweep"]).get_indexer(rows["_config"])
         n = self._n()
         log_c1, log_c2 = np.empty((n, len(rows))), np.empty((n, len(rows)))
+        c3 = np.zeros((n, len(rows)))
         seen = sweep_of >= 0
         log_c1[:, seen] = post["log_c1"].values[:, sweep_of[seen]]
         log_c2[:, seen] = post["log_c2"].values[:, sweep_of[seen]]
+        if "c3" in post:
+            c3[:, seen] = post["c3"].values[:, sweep_of[seen]]
         new = rows[~seen]
         if len(new):
             coef = self.coefficients(new, seed)
             alpha = self._alpha(new)
-            c1, c2 = laws.effective_costs(
-                *(coef[c].values for c in COEFS), new["decode"].to_numpy(float), alpha,
-                new["k"].to_numpy(float),
-            )  # fmt: skip
+            decode, k = new["decode"].to_numpy(float), new["k"].to_numpy(float)
+            parts = [coef[c].values for c in COEFS]
+            c1, c2 = laws.effective_costs(*parts, decode, alpha, k)
             n1, n2 = self._sweep_deviation(new, np.log(c2), measured, seed)
             log_c1[:, ~seen] = np.log(c1) + n1
             log_c2[:, ~seen] = np.log(c2) + n2
-        return log_c1, log_c2
+            if "knee_tokens" in coef:
+                c3[:, ~seen] = laws.token_knee_curvature(
+                    *parts[3:], decode, alpha, k, coef["knee_tokens"].values
+                )
+        return log_c1, log_c2, c3
 
     def _sweep_deviation(self, new: pd.DataFrame, loc2, measured: bool, seed: int | None):
         """Deviations of unseen configurations from the decomposition, one per configuration:
@@ -462,13 +474,13 @@ class NextFit:
         """(sample, row) expected log latency :math:`\\mu` (``inf`` past the wall) and the
         rows' noise scale :math:`\\sigma (1 - x)^{-\\gamma}`."""
         rows = self._rows(rows)
-        log_c1, log_c2 = self._row_costs(rows, measured, seed)
+        log_c1, log_c2, c3 = self._row_costs(rows, measured, seed)
         closed = rows["concurrency"].notna().to_numpy()
         if "rps" not in rows and not closed.all():
             raise ValueError("rows need rps (open loop) or concurrency (closed loop)")
         load = np.where(closed, rows["concurrency"], rows.get("rps", np.nan)).astype(float)
         with np.errstate(all="ignore"):
-            mu = log_mean_latency(log_c1, log_c2, load, closed)
+            mu = log_mean_latency(log_c1, log_c2, load, closed, c3)
         mu = np.where(np.isnan(mu), np.inf, mu)  # past the wall: unbounded
         return mu, self._row_sigma(mu, log_c1)
 
@@ -657,7 +669,7 @@ class NextFit:
 _ANSWER_VARIABLES = (
     "log_c1", "log_c2", "log_coef", "log_coef_draft", "unit_coef", "coefficients", "coef_mu",
     "coef_mu_draft", "trend", "cell_sd", "tau", "noise_growth", "sigma", "alpha",
-    "tokens_per_cycle",
+    "tokens_per_cycle", "c3", "knee_tokens",
 )  # fmt: skip
 
 

@@ -71,16 +71,21 @@ def build_model(design: Design, priors: dict | None = None) -> pm.Model:
 
         # per-sweep costs (the identified axes) and the coefficients behind them
         if design.structure == "anchored":
-            log_c1, log_c2 = anchored_costs(design, pr)
+            log_c1, log_c2, split = anchored_costs(design, pr)
         else:
-            log_c1, log_c2 = pooled_costs(design, pr)
+            log_c1, log_c2, split = pooled_costs(design, pr)
         log_c1 = pm.Deterministic("log_c1", log_c1, dims="sweep")
         log_c2 = pm.Deterministic("log_c2", log_c2, dims="sweep")
+        # the batch curvature, where the priors ask for it (``inverse_knee``)
+        c3, softness = sweep_curvature(design, pr, *split), pr["wall_softness"]
+        c3_row = 0.0 if c3 is None else c3[sweep]
 
         # likelihood: the latency law, multiplicative noise of scale sigma (1 - x)^-growth with
         # sigma^2 ~ IG(a, b) integrated out (drawn from its exact conditional after sampling)
         mu = pm.Deterministic(
-            "mu", log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed), dims="obs"
+            "mu",
+            log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed, c3_row, softness),
+            dims="obs",
         )
         growth = pm.HalfNormal("noise_growth", **pr["noise_growth"], **_growth_axis(design))
         pm.CustomDist(
@@ -135,8 +140,11 @@ def _growth_axis(design: Design) -> dict:
     return {"default_transform": SOFTPLUS} if design.structure == "anchored" else {}
 
 
-def anchored_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.TensorVariable]:
+def anchored_costs(design: Design, pr: dict) -> tuple:
     r"""Sweep costs of the anchored structure; the coefficients as derived deterministics.
+
+    Returns :math:`\log C_1, \log C_2` per sweep and the parts of :math:`C_2`
+    :func:`sweep_curvature` needs (:func:`_anchored_split`).
 
     Per unit :math:`u` (its dense sweep) and SD sweep :math:`s` of that unit, with
     :math:`q_s = g_s/g_u` (decode lengths) and :math:`E_\max` = :math:`E(\alpha,k)` or
@@ -165,8 +173,8 @@ def anchored_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tens
     )
     log_c1, log_c2 = log_c1u[design.sweep_unit], log_c2u[design.sweep_unit]
     if len(design.sd) == 0:
-        _verifier_split(pr, log_c1u, log_c2u, design.decode[units], 1.0)
-        return log_c1, log_c2
+        _, c_p, c_v = _verifier_split(pr, log_c1u, log_c2u, design.decode[units], 1.0)
+        return log_c1, log_c2, _anchored_split(design, c_p, c_v, None, None)
 
     sd, su = design.sd, design.sweep_unit[design.sd]
     q = design.decode[sd] / design.decode[units[su]]
@@ -183,12 +191,57 @@ def anchored_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tens
     )
     log_c1 = pt.set_subtensor(log_c1[sd], log_c1u[su] + ratio_1)
     log_c2 = pt.set_subtensor(log_c2[sd], log_c2u[su] + ratio_2)
-    _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floor)
-    return log_c1, log_c2
+    parts = _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floor)
+    return log_c1, log_c2, _anchored_split(design, *parts)
 
 
-def _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floor) -> None:
-    """Prefill shares, tokens per cycle and the six coefficients (see :func:`anchored_costs`)."""
+def _anchored_split(design: Design, c_p, c_v, c_d, tokens) -> tuple:
+    r"""Per sweep :math:`(c_{2p}, c_{2v}, c_{2d}, w)` of the anchored structure: its unit's
+    verifier coefficients, its drafter's :math:`c_{2d}` (0 dense) and its verifier passes
+    :math:`w = g/E` (``tokens``: :math:`E` of the SD sweeps)."""
+    su = design.sweep_unit
+    c2d = pt.zeros(len(design.k))
+    passes = pt.as_tensor_variable(design.decode.astype(float))
+    if c_d is not None:
+        c2d = pt.set_subtensor(c2d[design.sd], c_d[:, 1])
+        passes = pt.set_subtensor(passes[design.sd], design.decode[design.sd] / tokens)
+    return c_p[su, 1], c_v[su, 1], c2d, passes
+
+
+def sweep_curvature(design: Design, pr: dict, c2p, c2v, c2d, passes):
+    r"""Each sweep's batch curvature :math:`C_3`, or ``None`` without ``inverse_knee``.
+
+    .. math::
+
+        \omega_g \sim \mathrm{HalfNormal}(s), \qquad K_g = R_{h(g)}/\omega_g, \qquad
+        C_{3s} = \mathrm{token\_knee\_curvature}(c_{2p}, c_{2v}, c_{2d}, w_s, k_s; K_{g(s)})
+
+    one knee :math:`K_g` (tokens per pass) per (verifier, hardware) around the GPU's roofline
+    ridge :math:`R` (:func:`specbayes.model_next.physics.ridge_tokens`), shared by every
+    sweep of the group: the rows of its dense and SD sweeps and its cells all inform it.
+    Where they do not reach — loads beyond the measured ones — the prior's range of
+    :math:`\omega`, from no curvature to a knee at a fraction of the ridge, is what the
+    predictions carry (``benchmarks/load_extrapolation.md``).
+    """
+    if pr["inverse_knee"] is None:
+        return None
+    from specbayes.model_next.physics import ridge_tokens
+
+    groups = design.coords["group"]
+    ridge = np.array([ridge_tokens(g.split("|", 1)[1]) for g in groups])
+    omega = pm.HalfNormal("inverse_knee", pr["inverse_knee"]["sigma"], dims="group")
+    knee = pm.Deterministic("knee_tokens", ridge / omega, dims="group")
+    group = design.unit_group[design.sweep_unit]
+    c3 = laws.token_knee_curvature(
+        c2p, c2v, c2d, design.decode, None, design.k, knee[group], passes=passes
+    )
+    return pm.Deterministic("c3", c3, dims="sweep")
+
+
+def _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floor) -> tuple:
+    """Prefill shares, tokens per cycle and the six coefficients (see :func:`anchored_costs`);
+    returns the verifier's :math:`c_p, c_v` per (unit, cost), the drafter's :math:`c_d` per
+    (SD sweep, cost) and the SD sweeps' tokens per cycle."""
     sd, su = design.sd, design.sweep_unit[design.sd]
     ratios = pt.stack([pt.exp(ratio_1), pt.exp(ratio_2)], axis=1)  # (sd_sweep, cost)
     bound = (ratios - floor[:, None]) / (1.0 - floor[:, None])
@@ -211,6 +264,7 @@ def _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floo
     c_d = (rho * tokens[:, None] / q[:, None] - 1.0) * c_v[su] / k
     coefs = pt.stack([c_p[su, 0], c_v[su, 0], c_d[:, 0], c_p[su, 1], c_v[su, 1], c_d[:, 1]], axis=1)
     pm.Deterministic("coefficients", coefs, dims=("sd_sweep", "coef"))
+    return c_p, c_v, c_d, tokens
 
 
 def _verifier_split(pr: dict, log_c1u, log_c2u, g_u: np.ndarray, share_max):
@@ -231,8 +285,9 @@ def _verifier_split(pr: dict, log_c1u, log_c2u, g_u: np.ndarray, share_max):
     return share, c_p, c_v
 
 
-def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.TensorVariable]:
-    r"""Sweep costs of the pooled structure: hierarchy → decomposition → per-sweep deviation.
+def pooled_costs(design: Design, pr: dict) -> tuple:
+    r"""Sweep costs of the pooled structure: hierarchy → decomposition → per-sweep deviation
+    (and, for :func:`sweep_curvature`, each sweep's :math:`c_{2p}, c_{2v}, c_{2d}, w`).
 
     .. math::
 
@@ -292,9 +347,10 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
         )  # fmt: skip
         # dense sweeps take any draft unit's values: k = 0 multiplies them by nothing
         c_d = pt.exp(log_cd)[np.maximum(design.sweep_draft, 0)]
+    passes = laws.verifier_passes(design.decode, _sweep_alpha(design, pr), design.k)
     c1_eff, c2_eff = laws.effective_costs(
         c_v[:, 0], c_v[:, 1], c_d[:, 0], c_v[:, 2], c_v[:, 3], c_d[:, 1],
-        design.decode, _sweep_alpha(design, pr), design.k,
+        design.decode, None, design.k, passes,
     )  # fmt: skip
     # C1's deviation scale is learned; C2's is a fixed jitter (priors: ``c2_jitter``)
     tau_c1 = pm.Gamma("tau_c1", **pr["tau"])
@@ -302,7 +358,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple[pt.TensorVariable, pt.Tensor
     centred = pr["centred_sweeps"]
     log_c1 = _sweep_level("log_c1_sweep", pt.log(c1_eff), tau[0], None, centred["C1"])
     log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), tau[1], design.log_wall, centred["C2"])
-    return log_c1, log_c2
+    return log_c1, log_c2, (c_v[:, 2], c_v[:, 3], c_d[:, 1], passes)
 
 
 def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.ndarray):

@@ -362,3 +362,22 @@ def roofline_centres(
     d = _pass(spec.geometry(), hw, int(tp))
     out.update(_drafter_centres(v, d, s, int(k or 1), parallel, graph))
     return {c: float(out[c]) for c in ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d") if c in out}
+
+
+#: Knee of a GPU the catalog does not know, in tokens per pass (between the A100's and the
+#: H100's ridge at the catalog's sustained fractions).
+GENERIC_RIDGE_TOKENS = 200.0
+
+
+def ridge_tokens(hardware: str) -> float:
+    r"""Tokens per pass at which a bf16 weight GEMM's compute equals its weight streaming.
+
+    Each token costs :math:`2P` FLOPs and the pass streams :math:`2P` bytes of weights, so
+    the ridge is :math:`F/BW` tokens (sustained compute over sustained bandwidth, the
+    catalog's assumed fractions; tensor parallelism divides both alike).
+    :data:`GENERIC_RIDGE_TOKENS` where the catalog does not know the GPU. Where a pass turns
+    compute-bound is the roofline's first guess of where the latency law bends
+    (:func:`specbayes.laws.token_knee_curvature`); the model scales it by a learned factor.
+    """
+    hw = _find(catalog.load_hardware, hardware)
+    return GENERIC_RIDGE_TOKENS if hw is None else float(hw.compute / hw.bandwidth)

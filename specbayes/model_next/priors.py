@@ -86,6 +86,20 @@ Pooled structure (coefficients shared across sweeps)
         a sweep's rows pin its costs less tightly than the decomposition does.
 
 Both
+    ``inverse_knee``
+        ``None``: the law as the paper has it, linear in the batch. A dict ``{"sigma": s}``:
+        a batch curvature (:func:`specbayes.laws.token_knee_curvature`) whose knee of each
+        (verifier, hardware) group is :math:`K_g = R/\omega_g` tokens per pass, :math:`R` the
+        GPU's roofline ridge (:func:`specbayes.model_next.physics.ridge_tokens`) and
+        :math:`\omega_g \sim \mathrm{HalfNormal}(s)`: from no curvature at all
+        (:math:`\omega = 0`, the simulator's additive roofline) to a knee at a fraction of the
+        ridge, one per group shared by its dense and SD sweeps and its cells, so the rows of
+        every sweep inform it and a verifier pass's ``k + 1`` tokens per sequence put an SD
+        arm's knee ``k + 1`` times earlier.
+    ``wall_softness``
+        With curvature an open-loop row's law has a finite latency at its wall and none past
+        it: the graph continues it by a smooth plateau within this distance of the wall
+        (:func:`specbayes.laws.log_headroom`); predictions use the exact law.
     ``noise``
         InverseGamma(alpha, beta) prior of the variance :math:`\sigma^2` of the
         multiplicative observation noise (log latency); weak: its density is within ~2.5
@@ -141,6 +155,9 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "cell_sd": {"alpha": 4.0, "beta": 100.0},
     "tau": {"alpha": 2.0, "beta": 100.0},
     "c2_jitter": 0.005,
+    # batch curvature: inverse knee (roofline ridges) of each (verifier, hardware); None = off
+    "inverse_knee": None,
+    "wall_softness": 0.01,
     # parametrisation (a transform of the same model, not a different one)
     "centred_cells": True,
     "centred_sweeps": {"C1": False, "C2": False},
