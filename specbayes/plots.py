@@ -192,8 +192,12 @@ def _mark_break_even(ax, break_even, planned, *, vertical: bool, unit: str = "re
     band(lo, hi, color=color, alpha=0.12, lw=0)
     # stream counts read as whole numbers (1620, not 1.62e+03)
     star, fmt = ("N* = ", "{:.0f}") if unit == "streams" else ("", "{:.3g}")
-    label = f"break-even {'' if vertical else 'load of '}k={planned}: {star}{fmt.format(med)} "
-    label += f"{unit} ({INTERVAL_PROB:.0%}: {fmt.format(lo)}–{fmt.format(hi)})"
+    streams = unit == "streams"
+    label = f"break-even {'' if vertical or streams else 'load of '}k={planned}: {star}"
+    # stream counts: the interval on a second line, so the legend fits the figure beside the
+    # recommended k's labels ("best at 128 streams")
+    label += f"{fmt.format(med)} {unit}{chr(10) if streams else ' '}"
+    label += f"({INTERVAL_PROB:.0%}: {fmt.format(lo)}–{fmt.format(hi)})"
     line(
         med,
         color=color,

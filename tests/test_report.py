@@ -355,3 +355,15 @@ def test_closed_loop_k_map_and_best_k_are_in_streams(closed_loop_figures, fit_wi
     assert (doc["k_low"], doc["k_high"]) == (head.k_low, head.k_high)
     assert (doc["k_low_streams"], doc["k_high_streams"]) == (low, high)
     assert doc["capacity"][0]["capacity_streams"] == head.capacity.capacity_streams.iloc[0]
+
+
+def test_arm_note_counts_streams_for_a_closed_loop_fit(fit_with_data):
+    from specbayes.arms import arm_notes
+
+    arm = plan.Arm(**ARM_KW)
+    (open_note,) = arm_notes(fit_with_data, arm)
+    assert "rows up to" in open_note and "req/s" in open_note  # open loop: as before
+    _as_closed_loop(fit_with_data)
+    (note,) = arm_notes(fit_with_data, arm)
+    top = plan.measured_max_rps(fit_with_data, arm, [arm.k], load="concurrency")[0]
+    assert f"rows up to {top:g} streams" in note and "req/s" not in note
