@@ -131,8 +131,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "plan",
         help="speedup vs load, break-even, best k, capacity and replicas from a saved fit",
         description="Decisions with intervals from a saved fit (FIT.nc). Every number is "
-        "computed per posterior draw and then summarised. Loads in requests/s, latencies in "
-        "seconds, intervals are central 90 % intervals.",
+        "computed per posterior draw and then summarised. Loads in requests/s (open loop) or "
+        "streams in flight (closed loop), latencies in seconds, intervals are central 90 % "
+        "intervals.",
     )
     p.add_argument("fit", type=Path, help="fit artefact written by `specbayes fit --out`")
     _arm_args(p)
