@@ -660,33 +660,41 @@ def capacity(
 def replicas(
     fit: Any,
     arm: Arm,
-    total: float,
-    slo_latency: float,
+    total_rps: float | None = None,
+    slo_latency: float | None = None,
     *,
     prob: float = 0.9,
     ks: Iterable[int] = DEFAULT_KS,
-    closed_loop: bool = False,
+    total_streams: float | None = None,
 ) -> pd.DataFrame:
-    r"""Identical servers needed to carry ``total`` load under the SLO with probability
-    ``prob``.
+    r"""Identical servers needed to carry a total load under the SLO with probability ``prob``.
 
-    Open loop, ``total`` is a request rate: with load spread evenly over n servers each sees
-    :math:`\lambda/n`, so the smallest n is :math:`\lceil \lambda / \mathrm{capacity}
-    \rceil` (:func:`capacity`). ``closed_loop=True``, ``total`` is a number of streams
-    always in flight: spread evenly over n servers, each holds at most
-    :math:`\lceil N/n \rceil` of them, which meets the SLO exactly when it is at most the
-    capacity in streams :math:`N_\mathrm{cap}` (whole streams; the latency rises with N),
-    so again :math:`n = \lceil N / N_\mathrm{cap} \rceil`. ``inf`` where no load meets the
-    SLO for that k.
+    Give exactly one total. Open loop, ``total_rps`` (req/s): with load spread evenly over n
+    servers each sees :math:`\lambda/n`, so the smallest n is :math:`\lceil \lambda /
+    \mathrm{capacity} \rceil` (:func:`capacity`). Closed loop, ``total_streams``: N streams
+    always in flight, spread evenly over n servers, each holds at most :math:`\lceil N/n
+    \rceil` of them, which meets the SLO exactly when it is at most the capacity in streams
+    :math:`N_\mathrm{cap}` (``capacity(..., closed_loop=True)``: whole streams, the latency
+    rising with N), so again :math:`n = \lceil N / N_\mathrm{cap} \rceil`. ``inf`` where no
+    load meets the SLO for that k.
     """
+    if (total_rps is None) == (total_streams is None):
+        raise ValueError(
+            "give exactly one of total_rps (open loop, req/s) or total_streams (closed loop, "
+            "streams in flight)"
+        )
+    if slo_latency is None:
+        raise ValueError("replicas are sized under a latency SLO: give slo_latency (seconds)")
+    closed = total_streams is not None
+    total = float(total_streams if closed else total_rps)
     if not (np.isfinite(total) and total > 0):
-        raise ValueError(f"the total load ({'streams' if closed_loop else 'req/s'}) must be > 0")
-    cap = capacity(fit, arm, slo_latency, prob=prob, ks=ks, closed_loop=closed_loop)
-    per = cap["capacity_streams" if closed_loop else "capacity_rps"]
+        raise ValueError(f"{'total_streams' if closed else 'total_rps'} must be finite and > 0")
+    cap = capacity(fit, arm, slo_latency, prob=prob, ks=ks, closed_loop=closed)
+    per = cap["capacity_streams" if closed else "capacity_rps"]
     with np.errstate(divide="ignore"):
         n = np.where(per > 0, np.ceil(total / np.where(per > 0, per, 1)), np.inf)
     out = cap.assign(replicas=n)
-    out.attrs.update(cap.attrs, **{"total_streams" if closed_loop else "total_rps": total})
+    out.attrs.update(cap.attrs, **{"total_streams" if closed else "total_rps": total})
     return out
 
 

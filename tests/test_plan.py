@@ -255,7 +255,7 @@ def test_concurrency_bad_inputs_get_clear_messages(draws_fit):
 
 def test_replicas_in_streams_hold_the_total_under_the_slo(draws_fit):
     slo, prob, total = 10.0, 0.9, 1000
-    reps = plan.replicas(draws_fit, ARM, total, slo, prob=prob, ks=[0, 6], closed_loop=True)
+    reps = plan.replicas(draws_fit, ARM, slo_latency=slo, prob=prob, ks=[0, 6], total_streams=total)
     assert reps.attrs["total_streams"] == total and "total_rps" not in reps.attrs
     np.testing.assert_array_equal(reps["replicas"], np.ceil(total / reps["capacity_streams"]))
     for _, row in reps.iterrows():
@@ -273,8 +273,10 @@ def test_replicas_in_streams_hold_the_total_under_the_slo(draws_fit):
     by_k = reps.set_index("k")
     assert by_k.capacity_streams[6] < by_k.capacity_streams[0]
     assert by_k.replicas[6] > by_k.replicas[0]
-    with pytest.raises(ValueError, match=r"total load \(streams\) must be > 0"):
-        plan.replicas(draws_fit, ARM, 0, slo, closed_loop=True)
+    with pytest.raises(ValueError, match=r"total_streams must be finite and > 0"):
+        plan.replicas(draws_fit, ARM, slo_latency=slo, total_streams=0)
+    with pytest.raises(ValueError, match=r"exactly one of total_rps .* or total_streams"):
+        plan.replicas(draws_fit, ARM, 100.0, slo, total_streams=total)
 
 
 def test_measured_stream_range_is_where_both_arms_were_measured(draws_fit):

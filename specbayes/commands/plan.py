@@ -303,9 +303,14 @@ def _tables(fit, arm, args, closed: bool = False) -> dict:
         ks = sorted({*args.ks, arm.k})  # the arm's own k is always answered about
         cap = dict(prob=args.prob, ks=ks)
         tables["capacity"] = plan.capacity(fit, arm, args.slo, closed_loop=closed, **cap)
-        total = args.total_streams if closed else args.total_rps
+        if closed and args.total_streams is not None:
+            total = dict(total_streams=args.total_streams)
+        elif not closed and args.total_rps is not None:
+            total = dict(total_rps=args.total_rps)
+        else:
+            total = None
         if total is not None:
-            tables["replicas"] = plan.replicas(fit, arm, total, args.slo, closed_loop=closed, **cap)
+            tables["replicas"] = plan.replicas(fit, arm, slo_latency=args.slo, **total, **cap)
     return tables
 
 
