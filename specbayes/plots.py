@@ -222,8 +222,13 @@ def _mark_measured(
         hatch="//",
         alpha=0.35,
         lw=0,
-        label=f"beyond the highest measured {measured:g} {unit}: extrapolated",
+        label=f"beyond the highest measured {_count(measured)} {unit}: extrapolated",
     )
+
+
+def _count(v: float) -> str:
+    """A measured load as people write it: 128, 83.2, 22.7 (not 83.1612)."""
+    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
 
 
 def _streams_axis(axis) -> None:
