@@ -202,9 +202,12 @@ def arm_notes(fit: Any, arm: plan.Arm, *, defaulted: bool = False) -> list[str]:
             s = same.iloc[0]
             alpha = "inferred" if pd.isna(s.alpha) else f"{s.alpha:.3f}, the mean of its rows"
             rule = f" — the default: {DEFAULT_RULE}" if defaulted else ""
+            top = f"{s.top_rps:.3g} req/s"
+            if plan.fitted_closed_loop(fit):  # its user counts streams, not requests/s
+                top = f"{plan.measured_max_rps(fit, arm, [arm.k], load='concurrency')[0]:g} streams"
             notes.append(
                 f"arm: the measured sweep {arm.drafter} k={arm.k} in {cell} on {arm.hardware} "
-                f"({s.rows} rows up to {s.top_rps:.3g} req/s; measured alpha {alpha}){rule}"
+                f"({s.rows} rows up to {top}; measured alpha {alpha}){rule}"
             )
         else:
             measured = _measured_text(mine) if len(mine) else "none"

@@ -40,6 +40,8 @@ __all__ = [
     "effective_cost_draws",
     "fitted_closed_loop",
     "measured_max_rps",
+    "measured_stream_range",
+    "measured_streams",
     "optimal_k",
     "replicas",
     "speedup",
@@ -511,6 +513,11 @@ def measured_max_rps(fit: Any, arm: Arm, ks: Iterable[int], *, load: str = "rps"
     Any alpha counts (and any drafter for ``k = 0``); ``NaN`` where the fit has no row of that
     k. A decision at a higher load extrapolates the latency law beyond the data.
     """
+    return _measured_load(fit, arm, ks, load, "max")
+
+
+def _measured_load(fit: Any, arm: Arm, ks: Iterable[int], load: str, how: str) -> np.ndarray:
+    """``how`` (``"max"`` or ``"min"``) of the fitted ``load`` of the arm's rows, per k."""
     data = getattr(fit, "data", None)
     ks = np.asarray(list(ks))
     if data is None or load not in data:
@@ -521,7 +528,7 @@ def measured_max_rps(fit: Any, arm: Arm, ks: Iterable[int], *, load: str = "rps"
     ]
     if arm.drafter is not None:
         rows = rows[(rows.k == 0) | (rows.drafter == arm.drafter)]
-    top = rows.groupby("k")[load].max()
+    top = rows.groupby("k")[load].agg(how)
     return np.array([top.get(int(k), np.nan) for k in ks], dtype=float)
 
 
@@ -569,6 +576,19 @@ def measured_streams(fit: Any, arm: Arm, pick=max) -> float:
     ``pick`` of the two (``NaN``: neither was measured closed loop)."""
     measured = measured_max_rps(fit, arm, [0, arm.k], load="concurrency")
     return pick(measured[np.isfinite(measured)], default=np.nan)
+
+
+def measured_stream_range(fit: Any, arm: Arm) -> tuple[float, float]:
+    """The stream counts measured in both the arm's SD sweep and its dense baseline:
+    ``(lightest, heaviest)`` — the largest of the two sweeps' lowest concurrencies and the
+    smallest of their highest (``NaN`` where either was not measured closed loop). A
+    comparison of the two arms inside this range rests on data; beyond it, on the law."""
+    ks = [0, arm.k]
+    low = _measured_load(fit, arm, ks, "concurrency", "min")
+    high = _measured_load(fit, arm, ks, "concurrency", "max")
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        return np.nan, np.nan
+    return float(np.max(low)), float(np.min(high))
 
 
 def capacity(
@@ -652,25 +672,41 @@ def capacity(
 def replicas(
     fit: Any,
     arm: Arm,
-    total_rps: float,
-    slo_latency: float,
+    total_rps: float | None = None,
+    slo_latency: float | None = None,
     *,
     prob: float = 0.9,
     ks: Iterable[int] = DEFAULT_KS,
+    total_streams: float | None = None,
 ) -> pd.DataFrame:
-    r"""Identical servers needed to carry ``total_rps`` under the SLO with probability ``prob``.
+    r"""Identical servers needed to carry a total load under the SLO with probability ``prob``.
 
-    With load spread evenly over n servers each sees :math:`\lambda/n`, so the smallest n is
-    :math:`\lceil \lambda / \mathrm{capacity} \rceil` (:func:`capacity`); ``inf`` where no rate
-    meets the SLO for that k.
+    Give exactly one total. Open loop, ``total_rps`` (req/s): with load spread evenly over n
+    servers each sees :math:`\lambda/n`, so the smallest n is :math:`\lceil \lambda /
+    \mathrm{capacity} \rceil` (:func:`capacity`). Closed loop, ``total_streams``: N streams
+    always in flight, spread evenly over n servers, each holds at most :math:`\lceil N/n
+    \rceil` of them, which meets the SLO exactly when it is at most the capacity in streams
+    :math:`N_\mathrm{cap}` (``capacity(..., closed_loop=True)``: whole streams, the latency
+    rising with N), so again :math:`n = \lceil N / N_\mathrm{cap} \rceil`. ``inf`` where no
+    load meets the SLO for that k.
     """
-    if not total_rps > 0:
-        raise ValueError("total_rps must be > 0")
-    cap = capacity(fit, arm, slo_latency, prob=prob, ks=ks)
+    if (total_rps is None) == (total_streams is None):
+        raise ValueError(
+            "give exactly one of total_rps (open loop, req/s) or total_streams (closed loop, "
+            "streams in flight)"
+        )
+    if slo_latency is None:
+        raise ValueError("replicas are sized under a latency SLO: give slo_latency (seconds)")
+    closed = total_streams is not None
+    total = float(total_streams if closed else total_rps)
+    if not (np.isfinite(total) and total > 0):
+        raise ValueError(f"{'total_streams' if closed else 'total_rps'} must be finite and > 0")
+    cap = capacity(fit, arm, slo_latency, prob=prob, ks=ks, closed_loop=closed)
+    per = cap["capacity_streams" if closed else "capacity_rps"]
     with np.errstate(divide="ignore"):
-        n = np.where(cap["capacity_rps"] > 0, np.ceil(total_rps / cap["capacity_rps"]), np.inf)
+        n = np.where(per > 0, np.ceil(total / np.where(per > 0, per, 1)), np.inf)
     out = cap.assign(replicas=n)
-    out.attrs.update(cap.attrs, total_rps=total_rps)
+    out.attrs.update(cap.attrs, **{"total_streams" if closed else "total_rps": total})
     return out
 
 

@@ -192,8 +192,12 @@ def _mark_break_even(ax, break_even, planned, *, vertical: bool, unit: str = "re
     band(lo, hi, color=color, alpha=0.12, lw=0)
     # stream counts read as whole numbers (1620, not 1.62e+03)
     star, fmt = ("N* = ", "{:.0f}") if unit == "streams" else ("", "{:.3g}")
-    label = f"break-even {'' if vertical else 'load of '}k={planned}: {star}{fmt.format(med)} "
-    label += f"{unit} ({INTERVAL_PROB:.0%}: {fmt.format(lo)}–{fmt.format(hi)})"
+    streams = unit == "streams"
+    label = f"break-even {'' if vertical or streams else 'load of '}k={planned}: {star}"
+    # stream counts: the interval on a second line, so the legend fits the figure beside the
+    # recommended k's labels ("best at 128 streams")
+    label += f"{fmt.format(med)} {unit}{chr(10) if streams else ' '}"
+    label += f"({INTERVAL_PROB:.0%}: {fmt.format(lo)}–{fmt.format(hi)})"
     line(
         med,
         color=color,
@@ -203,20 +207,28 @@ def _mark_break_even(ax, break_even, planned, *, vertical: bool, unit: str = "re
     )
 
 
-def _mark_measured(ax, measured: float | None, top: float, unit: str) -> None:
-    """Shade the loads above the highest measured one: there the curves extrapolate the law."""
+def _mark_measured(
+    ax, measured: float | None, top: float, unit: str, start: float | None = None
+) -> None:
+    """Shade the loads above the highest measured one: there the curves extrapolate the law
+    (from ``start``, default ``measured``: a map of cells shades whole cells)."""
     if measured is None or not np.isfinite(measured) or measured >= top:
         return
     ax.axvspan(
-        measured,
+        measured if start is None else start,
         top,
         facecolor="none",
         edgecolor="grey",
         hatch="//",
         alpha=0.35,
         lw=0,
-        label=f"beyond the highest measured {measured:g} {unit}: extrapolated",
+        label=f"beyond the highest measured {_count(measured)} {unit}: extrapolated",
     )
+
+
+def _count(v: float) -> str:
+    """A measured load as people write it: 128, 83.2, 22.7 (not 83.1612)."""
+    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
 
 
 def _streams_axis(axis) -> None:
@@ -330,34 +342,52 @@ def plot_k_map(
     title: str | None = None,
     planned: tuple[float, int] | None = None,
     uncertain_below: float = 0.5,
+    measured: float | None = None,
 ):
-    """The best draft length over (alpha, request rate): the Bayes choice, k = 0 is dense.
+    """The best draft length over (alpha, load): the Bayes choice, k = 0 is dense.
 
-    Cells take their k's colour (:func:`k_color`). Where the Bayes choice is the fastest
-    candidate in fewer than ``uncertain_below`` of the posterior draws (``p_best_k<k>``)
-    a dot marks the cell: the best k is uncertain there.
+    The load is the request rate or, for a table with a ``concurrency`` column, the number
+    of streams in flight, the same for every k (closed loop; a log-2 axis, one cell per
+    stream count). Cells take their k's colour (:func:`k_color`). Where the Bayes choice is
+    the fastest candidate in fewer than ``uncertain_below`` of the posterior draws
+    (``p_best_k<k>``) a dot marks the cell: the best k is uncertain there.
 
     Parameters
     ----------
     ktable : pandas.DataFrame
-        Output of :func:`specbayes.plan.optimal_k` (columns ``alpha, rps, k_bayes`` and
-        ``p_best_k<k>``).
+        Output of :func:`specbayes.plan.optimal_k` (columns ``alpha, rps`` or
+        ``concurrency``, ``k_bayes`` and ``p_best_k<k>``).
     planned : (alpha, k), optional
         The planned arm: a dashed line at its alpha.
+    measured : float, optional
+        The highest measured load: the cells above it are hatched (extrapolated).
     """
     fig, ax = _axes(ax, figsize=(6.6, 4.8))
-    grid = ktable.pivot(index="alpha", columns="rps", values="k_bayes")
+    load = _load_of(ktable)
+    grid = ktable.pivot(index="alpha", columns=load, values="k_bayes")
     ks = ktable.attrs.get("ks", sorted(ktable["k_bayes"].unique()))
     levels = [-1, *ks]
     colors = ["#dddddd"] + [k_color(k) for k in ks]
     cmap = ListedColormap(colors)
     norm = BoundaryNorm(np.arange(len(levels) + 1) - 0.5, cmap.N)
     idx = np.vectorize(lambda v: levels.index(int(v)))(grid.to_numpy())
-    rps, alphas = grid.columns.to_numpy(), grid.index.to_numpy()
-    mesh = ax.pcolormesh(rps, alphas, idx, cmap=cmap, norm=norm, shading="nearest")
+    rps, alphas = grid.columns.to_numpy(dtype=float), grid.index.to_numpy()
+    closed = load == "concurrency"
+    if closed:  # cells of equal width on the log-2 axis: edges at geometric midpoints
+        edges = _log_edges(rps)
+        a_edges = _lin_edges(alphas)
+        mesh = ax.pcolormesh(edges, a_edges, idx, cmap=cmap, norm=norm, shading="flat")
+    else:
+        mesh = ax.pcolormesh(rps, alphas, idx, cmap=cmap, norm=norm, shading="nearest")
     cbar = fig.colorbar(mesh, ax=ax, ticks=np.arange(len(levels)))
     cbar.ax.set_yticklabels(["saturated"] + [("dense" if k == 0 else f"k={k}") for k in ks])
-    if len(alphas) * len(rps) <= 120:
+    # a number per cell on small maps, unless a row is too thin to hold one (an alpha added
+    # between grid steps, e.g. the planned arm's)
+    steps = np.diff(alphas)
+    numbers = len(alphas) * len(rps) <= 120 and (
+        len(steps) == 0 or steps.min() >= 0.5 * np.median(steps)
+    )
+    if numbers:
         for (i, a), (j, r) in ((p, q) for p in enumerate(alphas) for q in enumerate(rps)):
             rgb = to_rgb(colors[idx[i, j]]) if idx[i, j] else (0.9,) * 3
             dark = np.dot(rgb, (0.3, 0.6, 0.1))  # any colour spec (dense's is a name)
@@ -378,8 +408,12 @@ def plot_k_map(
         dtype=float,
     )
     unsure = ktable[p_best < uncertain_below]
+    dot_x = unsure[load].to_numpy(dtype=float)
+    if closed and numbers:  # beside the cell's number, not on it
+        right = edges[1:][np.searchsorted(rps, dot_x)]
+        dot_x = dot_x * (right / dot_x) ** 0.6
     ax.scatter(
-        unsure.rps,
+        dot_x,
         unsure.alpha,
         s=10,
         color="white",
@@ -390,11 +424,39 @@ def plot_k_map(
     if planned is not None:
         a, k = planned
         ax.axhline(a, color="black", ls="--", lw=1.2, label=f"planned arm: alpha={a:g}, k={k}")
-    ax.set_xlabel("request rate (req/s)")
+    xlabel, unit = _LOADS[load]
+    if closed:
+        ax.set_xscale("log", base=2)
+        _streams_axis(ax.xaxis)
+        ax.set_xlim(edges[0], edges[-1])
+        above = rps[rps > measured] if measured is not None else []
+        if len(above):  # whole cells: from the edge below the first unmeasured stream count
+            start = edges[int(np.flatnonzero(rps > measured)[0])]
+            _mark_measured(ax, measured, edges[-1], unit, start=start)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(r"acceptance rate $\alpha$")
     ax.set_title(title or "Best draft length k (lowest expected latency)", fontsize=10)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+    # closed loop: one column, as the hatch's label is long
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1 if closed else 2)
     return fig
+
+
+def _log_edges(x: np.ndarray) -> np.ndarray:
+    """Cell edges of increasing positive centres ``x`` on a log axis: geometric midpoints,
+    the outer edges half a step beyond (one cell: a factor 2 wide)."""
+    lx = np.log2(x)
+    if len(lx) == 1:
+        return 2.0 ** np.array([lx[0] - 0.5, lx[0] + 0.5])
+    mid = (lx[1:] + lx[:-1]) / 2
+    return 2.0 ** np.concatenate([[lx[0] - (mid[0] - lx[0])], mid, [lx[-1] + (lx[-1] - mid[-1])]])
+
+
+def _lin_edges(y: np.ndarray) -> np.ndarray:
+    """Cell edges of increasing centres ``y``: midpoints, the outer edges half a step out."""
+    if len(y) == 1:
+        return np.array([y[0] - 0.025, y[0] + 0.025])
+    mid = (y[1:] + y[:-1]) / 2
+    return np.concatenate([[y[0] - (mid[0] - y[0])], mid, [y[-1] + (y[-1] - mid[-1])]])
 
 
 def plot_cost_ratios(

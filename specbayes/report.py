@@ -108,6 +108,10 @@ class Headline:
     #: closed-loop fits: the speedup per stream count and the break-even concurrency row
     closed_loop: pd.DataFrame | None = None
     n_star: pd.Series | None = None
+    #: closed-loop fits: the stream counts ``k_low`` and ``k_high`` are best at (the
+    #: lightest and heaviest measured; ``rps_low``/``rps_high`` are then NaN)
+    streams_low: float | None = None
+    streams_high: float | None = None
 
 
 def _streams(n: float) -> str:
@@ -155,25 +159,100 @@ def _closed_loop_view(fit, arm, head: Headline) -> None:
 def _beyond(row: pd.Series) -> str:
     if not row.extrapolated:
         return ""
-    top = row.max_measured_rps
-    if np.isfinite(top):
-        return f" (extrapolated: highest measured rate {top:.2f} req/s)"
+    if "max_measured_concurrency" in row:
+        top = row.max_measured_concurrency
+        if np.isfinite(top):
+            return f" (extrapolated: highest measured {top:g} streams)"
+    else:
+        top = row.max_measured_rps
+        if np.isfinite(top):
+            return f" (extrapolated: highest measured rate {top:.2f} req/s)"
     return f" (extrapolated: {'dense' if row.k == 0 else f'k = {row.k}'} not measured here)"
+
+
+def _stream_text(n: float) -> str:
+    """``"1 stream"``, ``"128 streams"``."""
+    return f"{_streams(n)} stream{'' if n == 1 else 's'}"
+
+
+def _kname(k: int) -> str:
+    return "dense (no SD)" if k == 0 else ("none (saturated)" if k < 0 else f"k = {k}")
+
+
+def _k_at(ktab: pd.DataFrame, alpha: float, loads) -> list[int]:
+    """The k-table's best k at ``alpha`` (a grid value) and each of ``loads``."""
+    col = "concurrency" if "concurrency" in ktab else "rps"
+    near = ktab[ktab["alpha"] == alpha].set_index(col)["k_bayes"]
+    return [int(near.loc[x]) for x in loads]
+
+
+def _closed_capacity_line(arm, cap: pd.DataFrame, slo: float, prob: float) -> str:
+    def one(row) -> str:
+        name = "dense" if row.k == 0 else f"k = {row.k}"
+        return (
+            f"{name}: {_stream_text(row.capacity_streams)} per server (throughput "
+            f"{row.throughput_rps:.3g} req/s){_beyond(row)}"
+        )
+
+    return (
+        f"Capacity at a mean-latency SLO of {slo:.3g} s (P ≥ {prob:g}; closed loop, streams "
+        f"in flight): {one(cap.iloc[0])}, {one(cap.iloc[-1])}."
+    )
 
 
 def _headline(fit, arm, ktab, slo, prob) -> Headline:
     """The three answers for ``arm``; the best-k line reads ``ktab`` at the arm's alpha
-    (:func:`specbayes.arms.alpha_point`, which the k-table's alpha grid contains)."""
+    (:func:`specbayes.arms.alpha_point`, which the k-table's alpha grid contains).
+
+    A k-table in streams (``concurrency``, a closed-loop fit) is read at the lightest and
+    heaviest stream counts measured in both arms (:func:`plan.measured_stream_range`, which
+    the grid contains), and the capacity is answered in streams per server."""
     be = plan.break_even(fit, arm).iloc[0]
-    rates = np.sort(ktab["rps"].unique())
     alphas = ktab["alpha"].unique()
     point = alpha_point(fit, arm)
     nearest = alphas[np.argmin(np.abs(alphas - point))]
-    near = ktab[ktab["alpha"] == nearest]
-    k_low = int(near[near.rps == rates[0]]["k_bayes"].iloc[0])
-    k_high = int(near[near.rps == rates[-1]]["k_bayes"].iloc[0])
+    alpha_txt = f"alpha = {nearest:g}" + (
+        ", the posterior median of the inferred alpha" if arm.alpha is None else ""
+    )
+    if "concurrency" in ktab:
+        low, high = plan.measured_stream_range(fit, arm)
+        grid = np.sort(ktab["concurrency"].unique())
+        low = low if np.isfinite(low) else grid[0]
+        high = high if np.isfinite(high) else grid[-1]
+        k_low, k_high = _k_at(ktab, nearest, (low, high))
+        cap = plan.capacity(fit, arm, slo, prob=prob, ks=[0, arm.k], closed_loop=True)
+        h = Headline(arm, be, k_low, k_high, np.nan, np.nan, slo, cap)
+        h.streams_low, h.streams_high = float(low), float(high)
+        best = (
+            f"Best draft length (closed loop, {alpha_txt}): {_kname(k_low)} at "
+            f"{_stream_text(low)}, {_kname(k_high)} at {_stream_text(high)} (the lightest and "
+            "heaviest stream counts measured in both arms)."
+        )
+        h.lines = [
+            "Break-even load if served open loop (Poisson arrivals — not what these closed-loop "
+            f"sweeps measured, so the law's prediction): {_break_even_text(arm, be)}.",
+            best,
+            _closed_capacity_line(arm, cap, slo, prob),
+        ]
+        return h
+    rates = np.sort(ktab["rps"].unique())
+    k_low, k_high = _k_at(ktab, nearest, (rates[0], rates[-1]))
     cap = plan.capacity(fit, arm, slo, prob=prob, ks=[0, arm.k])
     h = Headline(arm, be, k_low, k_high, float(rates[0]), float(rates[-1]), slo, cap)
+    h.lines = [
+        f"Break-even load: {_break_even_text(arm, be)}.",
+        f"Best draft length ({alpha_txt}): {_kname(k_low)} at {rates[0]:.2g} req/s, "
+        f"{_kname(k_high)} at {rates[-1]:.2g} req/s.",
+        "Capacity at a mean-latency SLO of "
+        f"{slo:.3g} s (P ≥ {prob:g}): dense {cap.capacity_rps.iloc[0]:.2f} req/s"
+        f"{_beyond(cap.iloc[0])}, k = {arm.k}: {cap.capacity_rps.iloc[-1]:.2f} req/s"
+        f"{_beyond(cap.iloc[-1])}.",
+    ]
+    return h
+
+
+def _break_even_text(arm, be: pd.Series) -> str:
+    """The open-loop break-even load RPS* of ``plan.break_even`` (its row ``be``)."""
     if np.isfinite(be.rps_star_median):
         be_text = (
             f"SD ({arm.label()}) stops paying at {be.rps_star_median:.2f} req/s "
@@ -185,23 +264,7 @@ def _headline(fit, arm, ktab, slo, prob) -> Headline:
             f"SD ({arm.label()}) never crosses dense below saturation: "
             f"P(always wins) = {be.p_always_wins:.2f}, P(never wins) = {be.p_never_wins:.2f}"
         )
-
-    def kname(k: int) -> str:
-        return "dense (no SD)" if k == 0 else ("none (saturated)" if k < 0 else f"k = {k}")
-
-    alpha_txt = f"alpha = {nearest:g}" + (
-        ", the posterior median of the inferred alpha" if arm.alpha is None else ""
-    )
-    h.lines = [
-        f"Break-even load: {be_text}.",
-        f"Best draft length ({alpha_txt}): {kname(k_low)} at {rates[0]:.2g} req/s, "
-        f"{kname(k_high)} at {rates[-1]:.2g} req/s.",
-        "Capacity at a mean-latency SLO of "
-        f"{slo:.3g} s (P ≥ {prob:g}): dense {cap.capacity_rps.iloc[0]:.2f} req/s"
-        f"{_beyond(cap.iloc[0])}, k = {arm.k}: {cap.capacity_rps.iloc[-1]:.2f} req/s"
-        f"{_beyond(cap.iloc[-1])}.",
-    ]
-    return h
+    return be_text
 
 
 def write_report(
@@ -255,6 +318,16 @@ def _stream_grid_fine(fit, arm, head: Headline) -> np.ndarray:
     return np.geomspace(1, 2 ** np.ceil(np.log2(top)), 48)
 
 
+def _k_map_streams(fit, arm) -> list[float]:
+    """The k-map's stream counts: 1, 2, 4, … two doublings past the highest measured in both
+    arms (those cells extrapolate), with the lightest and heaviest measured ones, which the
+    headline reads."""
+    low, high = plan.measured_stream_range(fit, arm)
+    top = 4 * high if np.isfinite(high) else np.nan
+    extra = [x for x in (low, high) if np.isfinite(x)]
+    return sorted({*map(float, plan.stream_grid(top)), *extra})
+
+
 def _stream_band(fit, k_arm, slo: float, ks) -> dict:
     """``lo, hi``: the central interval of the stream count meeting ``slo``, per k (its
     quantiles are capacities at probabilities (1 ± INTERVAL_PROB) / 2)."""
@@ -286,20 +359,28 @@ def _capacity_curves(fit, k_arm, c1_med: float, prob: float, ks, closed_loop=Fal
 
 
 def _recommended(head: Headline) -> dict[int, str]:
-    """``{k: "best at 1 req/s"}``: the headline's best k at its lightest and heaviest load."""
+    """``{k: "best at 1 req/s"}`` (closed loop ``"best at 1 and 128 streams"``): the
+    headline's best k at its lightest and heaviest load."""
+    closed = head.streams_low is not None
+    loads = (head.streams_low, head.streams_high) if closed else (head.rps_low, head.rps_high)
     roles: dict[int, list[str]] = {}
-    for k, r in ((head.k_low, head.rps_low), (head.k_high, head.rps_high)):
+    for k, r in zip((head.k_low, head.k_high), loads, strict=True):
         if k >= 0:
-            roles.setdefault(k, []).append(f"{r:.2g}")
+            roles.setdefault(k, []).append(_streams(r) if closed else f"{r:.2g}")
+    if closed:
+        return {
+            k: f"best at {' and '.join(rs)} stream{'' if rs == ['1'] else 's'}"
+            for k, rs in roles.items()
+        }
     return {k: f"best at {' and '.join(rs)} req/s" for k, rs in roles.items()}
 
 
 def _load_marks(head: Headline, roles: dict[int, str]) -> dict:
     """The speedup and capacity figures' marks: the planned arm's break-even (RPS*, or N*
-    closed loop) and the recommended k — open loop only, as they are best at a req/s."""
+    closed loop) and the recommended k (best at a req/s, or at a stream count)."""
     if head.n_star is not None:
         n = head.n_star
-        return dict(break_even=(n.n_star_median, n.n_star_lo, n.n_star_hi), recommended=None)
+        return dict(break_even=(n.n_star_median, n.n_star_lo, n.n_star_hi), recommended=roles)
     be = head.break_even
     return dict(break_even=(be.rps_star_median, be.rps_star_lo, be.rps_star_hi), recommended=roles)
 
@@ -345,9 +426,15 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     slo = slo or 2.0 * c1_med
     # the arm's own alpha is on the grid: the headline's best k is read at it, not near it
     alphas = np.unique(np.append(np.round(np.arange(0.5, 1.0001, 0.05), 2), k_arm.alpha))
-    ktab = plan.optimal_k(fit, k_arm, alphas, np.linspace(0.02 * sat, 0.95 * sat_safe, 12))
-    head = _headline(fit, arm if arm.k else replace(k_arm, k=1), ktab, slo, prob)
-    _closed_loop_view(fit, arm if arm.k else replace(k_arm, k=1), head)
+    sd_arm = arm if arm.k else replace(k_arm, k=1)
+    if plan.fitted_closed_loop(fit):  # the k-map and best k in streams, as the fit's user asks
+        kmap_measured = plan.measured_streams(fit, sd_arm, min)
+        ktab = plan.optimal_k(fit, k_arm, alphas, concurrency=_k_map_streams(fit, sd_arm))
+    else:
+        kmap_measured = None
+        ktab = plan.optimal_k(fit, k_arm, alphas, np.linspace(0.02 * sat, 0.95 * sat_safe, 12))
+    head = _headline(fit, sd_arm, ktab, slo, prob)
+    _closed_loop_view(fit, sd_arm, head)
     if head.closed_loop is not None:
         head.closed_loop.to_csv(out / "speedup_concurrency.csv", index=False)
         written.append("speedup_concurrency.csv")
@@ -388,6 +475,7 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
         ktab,
         title=f"Best draft length k (lowest expected latency)\n{_config_title(arm, None)}",
         planned=(k_arm.alpha, arm.k) if arm.k else None,
+        measured=kmap_measured,
     )
     ratios = plan.cost_ratios(fit, k_arm if arm.k else replace(k_arm, k=1))
     ratios.to_csv(out / "cost_ratios.csv", index=False)
@@ -449,6 +537,10 @@ def _closed_loop_json(head: Headline) -> dict:
     if head.closed_loop is None:
         return {}
     return dict(
+        # the stream counts k_low and k_high are best at (the lightest and heaviest measured)
+        k_low_streams=head.streams_low,
+        k_high_streams=head.streams_high,
+        streams_unit="streams in flight (closed loop)",
         break_even_concurrency=head.n_star.to_dict(),
         speedup_concurrency=head.closed_loop.to_dict(orient="records"),
     )
@@ -615,6 +707,11 @@ _FIGURES = {
 }
 #: Captions of a closed-loop fit's figures, where they differ (the load is streams N).
 _FIGURES_CLOSED = {
+    "k_map.png": "the draft length with the lowest expected latency at each (acceptance rate, "
+    "number of streams N in flight, the same N for every k; closed loop, log-2 axis); dotted "
+    "cells: that k is the fastest in fewer than half the draws (uncertain); dashed line: the "
+    "planned arm's alpha; hatched: stream counts above the highest measured one, where the "
+    "map extrapolates the law. Where C2R > 1 the best k falls as N rises.",
     "speedup_vs_concurrency.png": "how much faster SD is than dense decoding with the same N "
     "streams in flight in both (closed loop; also SD's throughput gain at N), for the planned "
     "k (thick) and a few others (median and shaded 90 % band; log-2 axis of N). Above the "
@@ -655,6 +752,12 @@ def _closed_loop_section(head: Headline) -> list[str]:
     ]
 
 
+_LOAD_UNITS = {
+    False: "requests per second",
+    True: "streams in flight (closed loop; throughputs in requests per second)",
+}
+
+
 def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
     captions = {**_FIGURES, **(_FIGURES_CLOSED if head.closed_loop is not None else {})}
     lines = [
@@ -663,7 +766,8 @@ def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
         f"Configuration planned for: **{arm.label()}** on **{arm.hardware}**, workload "
         f"**{arm.cell}** (prefill ≈ {arm.prefill:.0f}, decode ≈ {arm.decode:.0f} tokens). "
         f"Model: `{getattr(fit, 'model_name', '?')}`. Latencies are in seconds, loads in "
-        f"requests per second; intervals are central {INTERVAL_PROB:.0%} intervals of "
+        f"{_LOAD_UNITS[head.closed_loop is not None]}; intervals are central "
+        f"{INTERVAL_PROB:.0%} intervals of "
         "posterior draws of the mean latency. The model and its formulas: `docs/model.md`.",
         "",
         "## Headline answers",

@@ -12,6 +12,7 @@ cases fail before it is used.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -177,6 +178,19 @@ CASES = [
         "plan-concurrency-total-rps",
         "plan fit.nc --concurrency 4 --slo 5 --total-rps 40",
         "--total-rps: replicas are sized for an open-loop",
+        [],
+    ),
+    ("plan-total-streams-without-slo", "plan fit.nc --total-streams 40", "--total-streams", []),
+    (
+        "plan-rps-total-streams",
+        "plan fit.nc --rps 1 --slo 30 --total-streams 40",
+        "--total-streams: replicas are sized in streams",
+        [],
+    ),
+    (
+        "plan-total-streams-fraction",
+        "plan fit.nc --concurrency 4 --slo 30 --total-streams 4.5",
+        "--total-streams",
         [],
     ),
     ("plan-slo-below-zero-load", "plan fit.nc --slo 0.01 --out p", "raise the slo", ["p"]),
@@ -366,6 +380,19 @@ def test_plan_in_concurrency_prints_n_star(ws, monkeypatch, capsys):
     doc = _strict((ws / "pc" / "plan.json").read_text())
     assert [r["concurrency"] for r in doc["tables"]["speedup"]] == [1, 4, 16]
     assert "n_star_median" in doc["tables"]["break_even"][0]
+
+
+def test_plan_sizes_replicas_for_a_total_of_streams(ws, monkeypatch, capsys):
+    monkeypatch.chdir(ws)
+    argv = ["plan", "fit.nc", "--k", "3", "--concurrency", "1,4", "--slo", "30"]
+    assert run_cli([*argv, "--total-streams", "5000", "--out", "pr"]) == 0
+    out = capsys.readouterr().out
+    assert "== replicas to carry the total streams under the SLO" in out
+    rows = _strict((ws / "pr" / "plan.json").read_text())["tables"]["replicas"]
+    assert rows and all("capacity_rps" not in r for r in rows)
+    for r in rows:  # ceil(total / streams per server); null: no stream count meets the SLO
+        cap = r["capacity_streams"]
+        assert r["replicas"] == (math.ceil(5000 / cap) if cap > 0 else None), r
 
 
 def test_plan_defaults_to_concurrency_for_a_closed_loop_fit(ws, monkeypatch, capsys):

@@ -251,3 +251,42 @@ def test_concurrency_bad_inputs_get_clear_messages(draws_fit):
         plan.speedup(draws_fit, ARM, concurrency=[4, -1])
     with pytest.raises(ValueError, match=r"~0 streams .* no stream count meets it"):
         plan.capacity(draws_fit, ARM, 0.2, closed_loop=True)
+
+
+def test_replicas_in_streams_hold_the_total_under_the_slo(draws_fit):
+    slo, prob, total = 10.0, 0.9, 1000
+    reps = plan.replicas(draws_fit, ARM, slo_latency=slo, prob=prob, ks=[0, 6], total_streams=total)
+    assert reps.attrs["total_streams"] == total and "total_rps" not in reps.attrs
+    np.testing.assert_array_equal(reps["replicas"], np.ceil(total / reps["capacity_streams"]))
+    for _, row in reps.iterrows():
+        c1, c2 = costs(draws_fit, 0.75, row.k)
+        n = int(row.replicas)
+        assert n > 1  # the fixture must need more than one server
+
+        # the busiest of n servers holds ceil(N / n) streams: enough, and no fewer would do
+        met = [
+            np.mean(laws.closed_loop_latency(np.ceil(total / m), c1, c2) <= slo) for m in (n, n - 1)
+        ]
+        assert met[0] >= prob and met[1] < prob
+    # these draws have C2R > 1: at this SLO a k = 6 server holds fewer streams than a dense
+    # one (99 vs 114), so it takes more of them
+    by_k = reps.set_index("k")
+    assert by_k.capacity_streams[6] < by_k.capacity_streams[0]
+    assert by_k.replicas[6] > by_k.replicas[0]
+    with pytest.raises(ValueError, match=r"total_streams must be finite and > 0"):
+        plan.replicas(draws_fit, ARM, slo_latency=slo, total_streams=0)
+    with pytest.raises(ValueError, match=r"exactly one of total_rps .* or total_streams"):
+        plan.replicas(draws_fit, ARM, 100.0, slo, total_streams=total)
+
+
+def test_measured_stream_range_is_where_both_arms_were_measured(draws_fit):
+    rows = [
+        dict(verifier="V8", hardware="A100", cell="1024x1024", k=k, drafter=d, concurrency=n)
+        for k, d, streams in ((0, "none", (1, 2, 64)), (6, "eagle3", (2, 8, 32)), (2, "x", (128,)))
+        for n in streams
+    ]
+    draws_fit.data = pd.DataFrame(rows)
+    assert plan.measured_stream_range(draws_fit, ARM) == (2.0, 32.0)
+    assert plan.measured_streams(draws_fit, ARM) == 64.0
+    no_sd = plan.Arm("V8", "A100", prefill=1024, decode=1024, drafter="eagle3", alpha=0.75, k=3)
+    assert np.isnan(plan.measured_stream_range(draws_fit, no_sd)).all()  # k = 3 never measured

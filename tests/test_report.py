@@ -318,3 +318,54 @@ def test_closed_loop_figures_are_in_streams_with_n_star_and_the_measured_range(
     assert beyond and beyond[0].startswith("beyond the highest measured")  # hatched
     legend = [t.get_text() for t in speedup.get_legend().get_texts()]
     assert any("90% interval of posterior draws" in t for t in legend)
+
+
+def test_closed_loop_k_map_and_best_k_are_in_streams(closed_loop_figures, fit_with_data, tmp_path):
+    head, drawn = closed_loop_figures
+    k_map = drawn["k_map"].axes[0]
+    assert k_map.get_xscale() == "log" and "streams N" in k_map.get_xlabel()
+    # the k-table is over stream counts and holds the lightest and heaviest measured in both
+    ktab = pd.read_csv(tmp_path / "k_table.csv")
+    assert "concurrency" in ktab and "rps" not in ktab
+    low, high = plan.measured_stream_range(fit_with_data, head.arm)
+    assert 1 <= low < high and (head.streams_low, head.streams_high) == (low, high)
+    assert np.isnan(head.rps_low) and np.isnan(head.rps_high)
+    best = ktab[np.isclose(ktab.alpha, head.arm.alpha)].set_index("concurrency")["k_bayes"]
+    assert (head.k_low, head.k_high) == (best.loc[low], best.loc[high])
+    assert head.k_low > head.k_high  # C2R > 1 on these draws: the best k falls with N
+    line = next(ln for ln in head.lines if ln.startswith("Best draft length"))
+    assert "req/s" not in line and f"k = {head.k_low} at {low:g} stream" in line
+    assert f"k = {head.k_high} at {report._streams(high)} streams" in line
+    cap_line = next(ln for ln in head.lines if ln.startswith("Capacity"))
+    assert "streams per server" in cap_line and "capacity_streams" in head.capacity
+    # the cells past the highest measured stream count are hatched, whole cells: from the
+    # edge between the last measured one and the first beyond
+    hatch = [p for p in k_map.patches if "extrapolated" in p.get_label()]
+    assert len(hatch) == 1 and hatch[0].get_label() == (
+        f"beyond the highest measured {report._streams(high)} streams: extrapolated"
+    )  # as people write a count (here N = rps x latency is fractional: 83.2, not 83.1612)
+    grid = np.sort(ktab.concurrency.unique())
+    assert grid[-1] > high  # the grid runs past the data
+    assert high < hatch[0].get_x() < grid[grid > high][0]
+    # the speedup figure names the recommended k, best at a stream count
+    labels = list(_lines(drawn["speedup"].axes[0]))
+    assert any(f"best at {report._streams(high)} streams" in lb for lb in labels), labels
+    summary = (tmp_path / "summary.md").read_text()
+    assert "loads in streams in flight" in summary
+    assert "(acceptance rate, number of streams" in summary  # the k-map's closed caption
+    doc = _strict((tmp_path / "headline.json").read_text())
+    assert (doc["k_low"], doc["k_high"]) == (head.k_low, head.k_high)
+    assert (doc["k_low_streams"], doc["k_high_streams"]) == (low, high)
+    assert doc["capacity"][0]["capacity_streams"] == head.capacity.capacity_streams.iloc[0]
+
+
+def test_arm_note_counts_streams_for_a_closed_loop_fit(fit_with_data):
+    from specbayes.arms import arm_notes
+
+    arm = plan.Arm(**ARM_KW)
+    (open_note,) = arm_notes(fit_with_data, arm)
+    assert "rows up to" in open_note and "req/s" in open_note  # open loop: as before
+    _as_closed_loop(fit_with_data)
+    (note,) = arm_notes(fit_with_data, arm)
+    top = plan.measured_max_rps(fit_with_data, arm, [arm.k], load="concurrency")[0]
+    assert f"rows up to {top:g} streams" in note and "req/s" not in note

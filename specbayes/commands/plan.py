@@ -15,6 +15,7 @@ from specbayes.commands import (
     int_list,
     nonneg_int,
     positive_float,
+    positive_int,
     positive_int_list,
     probability,
     tokens,
@@ -97,6 +98,7 @@ TITLES_CLOSED = {
     "break_even": "break-even concurrency N* (SD loses beyond N* streams)",
     "k_table": "best draft length per (alpha, streams); k = 0 is dense",
     "capacity": "capacity: most streams meeting the SLO, and the throughput they deliver",
+    "replicas": "replicas to carry the total streams under the SLO (each at most its capacity)",
 }
 
 LEGEND = (
@@ -129,8 +131,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "plan",
         help="speedup vs load, break-even, best k, capacity and replicas from a saved fit",
         description="Decisions with intervals from a saved fit (FIT.nc). Every number is "
-        "computed per posterior draw and then summarised. Loads in requests/s, latencies in "
-        "seconds, intervals are central 90 % intervals.",
+        "computed per posterior draw and then summarised. Loads in requests/s (open loop) or "
+        "streams in flight (closed loop), latencies in seconds, intervals are central 90 % "
+        "intervals.",
     )
     p.add_argument("fit", type=Path, help="fit artefact written by `specbayes fit --out`")
     _arm_args(p)
@@ -150,7 +153,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slo", type=positive_float, help="mean-latency SLO in seconds")
     p.add_argument("--prob", type=probability, default=0.9, help="P the SLO must be met")
     p.add_argument(
-        "--total-rps", type=positive_float, help="total load to size replicas for (needs --slo)"
+        "--total-rps",
+        type=positive_float,
+        help="total load (req/s) to size replicas for (needs --slo; open-loop view)",
+    )
+    p.add_argument(
+        "--total-streams",
+        type=positive_int,
+        help="total streams in flight to size replicas for, spread evenly over them (needs "
+        "--slo; closed-loop view)",
     )
     p.add_argument("--out", type=Path, help="folder for the CSV tables and plan.json")
     p.set_defaults(func=run_plan)
@@ -292,8 +303,14 @@ def _tables(fit, arm, args, closed: bool = False) -> dict:
         ks = sorted({*args.ks, arm.k})  # the arm's own k is always answered about
         cap = dict(prob=args.prob, ks=ks)
         tables["capacity"] = plan.capacity(fit, arm, args.slo, closed_loop=closed, **cap)
-        if args.total_rps is not None:
-            tables["replicas"] = plan.replicas(fit, arm, args.total_rps, args.slo, **cap)
+        if closed and args.total_streams is not None:
+            total = dict(total_streams=args.total_streams)
+        elif not closed and args.total_rps is not None:
+            total = dict(total_rps=args.total_rps)
+        else:
+            total = None
+        if total is not None:
+            tables["replicas"] = plan.replicas(fit, arm, slo_latency=args.slo, **total, **cap)
     return tables
 
 
@@ -343,10 +360,12 @@ def _n_star_note(fit, arm, break_even) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir
 
-    if args.total_rps is not None and args.slo is None:
-        raise ValueError(
-            "--total-rps: replicas are sized under a latency SLO — give --slo SECONDS too"
-        )
+    for flag in ("total_rps", "total_streams"):
+        if getattr(args, flag) is not None and args.slo is None:
+            raise ValueError(
+                f"--{flag.replace('_', '-')}: replicas are sized under a latency SLO — give "
+                "--slo SECONDS too"
+            )
     if args.rps is not None and args.concurrency is not None:
         raise ValueError(
             "--rps and --concurrency: one view at a time — request rates (open loop) or "
@@ -359,7 +378,12 @@ def run_plan(args: argparse.Namespace) -> int:
     if closed and args.total_rps is not None:
         raise ValueError(
             "--total-rps: replicas are sized for an open-loop load — give --rps for the "
-            "open-loop view (the closed-loop capacity table gives streams per server)"
+            "open-loop view, or --total-streams N to size them for N streams in flight"
+        )
+    if not closed and args.total_streams is not None:
+        raise ValueError(
+            "--total-streams: replicas are sized in streams for the closed-loop view — give "
+            "--concurrency (or --total-rps for an open-loop load)"
         )
     arm = _arm(fit, args)
     print(f"plan for {arm.label()} on {arm.hardware}, workload {arm.cell} "
