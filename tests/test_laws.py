@@ -666,3 +666,16 @@ def test_latency_sensitivities_are_finite_on_the_soft_wall_and_nan_past_the_hard
     elasticities = np.array(soft) * [c1, c2, c3]  # d log L / d log C: 3.9, 26.6, 2.9 here
     assert np.isfinite(elasticities).all() and np.abs(elasticities).max() < 100
     assert np.isnan(laws.latency_sensitivities(1.0 / c2, c1, c2, c3, wall_softness=0.01)[0])
+
+
+def test_token_knee_curvature():
+    """A knee of K tokens per pass: dense C3 = C2/K; a verify pass of k + 1 tokens per
+    sequence bends at K/(k + 1) requests; no knee (inf), no curvature."""
+    c2p, c2v, c2d, g = 0.004, 2e-5, 1e-6, 256.0
+    dense = laws.token_knee_curvature(c2p, c2v, c2d, g, 0.8, 0, 200.0)
+    assert dense == pytest.approx((c2p + g * c2v) / 200.0)
+    k, alpha = 3, 0.7
+    w = laws.verifier_passes(g, alpha, k)
+    sd = laws.token_knee_curvature(c2p, c2v, c2d, g, alpha, k, 200.0)
+    assert sd == pytest.approx(((k + 1) * (c2p + w * c2v) + w * k * c2d) / 200.0)
+    assert laws.token_knee_curvature(c2p, c2v, c2d, g, alpha, k, np.inf) == 0.0

@@ -210,3 +210,48 @@ def test_several_drafters_per_workload_pooled():
     np.testing.assert_allclose(mu, np.log(laws.latency(design.load, c1, c2)), rtol=1e-10)
     pp = pm.sample_prior_predictive(100, model=model, random_seed=3)
     assert np.isfinite(pp.prior_predictive["log_latency"].values).all()
+
+
+# -- the optional batch curvature (priors ``inverse_knee``, issue 43) ---------------------------
+KNEE = {"inverse_knee": {"mu": -1.9, "sigma": 1.5}}
+
+
+def test_curvature_closed_loop_equals_laws(real_case):
+    """With a knee every sweep's C3 is laws.token_knee_curvature of its coefficients: the
+    dense sweep's is C2/K, the SD sweep's its verifier part (k + 1)/K plus the drafter's 1/K,
+    and mu is the curved closed-loop law."""
+    design = build_design(real_case.table)
+    model = build_model(design, KNEE)
+    assert model.named_vars_to_dims["knee_tokens"] == ("group",)
+    names = ["mu", "log_c1", "log_c2", "c3", "knee_tokens", "coefficients", "tokens_per_cycle"]
+    mu, lc1, lc2, c3, knee, coefs, tokens = _evaluate(model, names, 5)
+    c1, c2, c3r = (np.exp(lc1), np.exp(lc2), c3)
+    expect = laws.closed_loop_latency(
+        design.load, c1[:, design.obs_sweep], c2[:, design.obs_sweep], c3r[:, design.obs_sweep]
+    )
+    np.testing.assert_allclose(mu, np.log(expect), rtol=1e-10)
+    (dense,) = np.flatnonzero(design.k == 0)
+    np.testing.assert_allclose(c3[:, dense], c2[:, dense] / knee[:, 0], rtol=1e-10)
+    (s,) = design.sd
+    k = design.k[s]
+    alpha = laws.alpha_from_acceptance_length(tokens[:, 0], k)
+    c2p, c2v, c2d = coefs[:, 0, 3], coefs[:, 0, 4], coefs[:, 0, 5]
+    expect_sd = laws.token_knee_curvature(c2p, c2v, c2d, design.decode[s], alpha, k, knee[:, 0])
+    np.testing.assert_allclose(c3[:, s], expect_sd, rtol=1e-8)
+    passes = design.decode[s] / tokens[:, 0]
+    by_hand = ((k + 1) * (c2p + passes * c2v) + passes * k * c2d) / knee[:, 0]
+    np.testing.assert_allclose(c3[:, s], by_hand, rtol=1e-8)
+
+
+def test_curvature_pooled_open_loop_finite(demo_subset):
+    """The pooled structure with a knee: C3 from each sweep's coefficients, the open-loop rows'
+    curved wall soft in the graph (finite mu at every prior draw)."""
+    design = build_design(demo_subset)
+    model = build_model(design, KNEE)
+    mu, c3 = _evaluate(model, ["mu", "c3"], 6)
+    assert np.isfinite(mu).all() and (c3 > 0).all()
+    sd = design.k > 0
+    # an SD sweep bends earlier than the dense sweep of its cell: (k + 1) / K against 1 / K
+    lc2 = _evaluate(model, ["log_c2"], 6)[0]
+    ratio = c3 / np.exp(lc2)
+    assert np.median(ratio[:, sd]) > np.median(ratio[:, ~sd])
