@@ -11,7 +11,7 @@ import pytest
 from scipy.optimize import curve_fit
 
 from specbayes import laws
-from specbayes.data import validate_sweeps
+from specbayes.data import OPTIONAL_COLUMNS, validate_sweeps
 from specbayes.sim import EngineConfig, build_dataset, make_config, run_point, simulate_point
 from specbayes.sim.costs import (
     EAGER_LAYER,
@@ -332,9 +332,12 @@ def test_shipped_demo_is_reproduced_by_the_code(demo_df):
     if not path.exists():
         pytest.skip("data/demo.parquet not built")
     shipped = pd.read_parquet(path)
-    pd.testing.assert_frame_equal(
-        demo_df.reset_index(drop=True), shipped, check_dtype=False, rtol=1e-9
-    )
+    code = demo_df.reset_index(drop=True)
+    # columns the code records that the shipped file predates (until it is rebuilt): only
+    # documented optional ones (issue 45's timing percentiles); every shipped one unchanged
+    extra = [c for c in code.columns if c not in shipped.columns]
+    assert set(extra) <= set(OPTIONAL_COLUMNS), extra
+    pd.testing.assert_frame_equal(code.drop(columns=extra), shipped, check_dtype=False, rtol=1e-9)
 
 
 def test_demo_dataset_validates_and_has_the_design(demo_df):

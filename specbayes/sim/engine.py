@@ -55,6 +55,8 @@ batch and SD acceptance are accumulated over steps inside the window.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numba import njit
 
@@ -79,6 +81,34 @@ S_FULL = 8
 S_END = 9
 S_BUSY = 10
 N_STATS = 11
+
+
+@dataclass(frozen=True)
+class Emissions:
+    """Each request's output emission times: one per step that gave it >= 1 token.
+
+    Request ``r``'s times are ``times[start[r] : start[r] + count[r]]``, in order: the
+    prefill's end (the first token), then every decode step (dense: one token; speculative:
+    the ``a + 1`` tokens of a verify step, one streamed chunk). The last is its finish.
+    """
+
+    times: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+
+    def gaps(self, selected: np.ndarray | None = None) -> np.ndarray:
+        """The gaps between successive emissions of the selected requests, pooled (s)."""
+        start, count = self.start, self.count
+        if selected is not None:
+            start, count = start[selected], count[selected]
+        lens = np.maximum(count - 1, 0)
+        total = int(lens.sum())
+        if total == 0:
+            return np.empty(0)
+        # index of each gap's earlier emission: start[r] + 0 .. lens[r] - 1, concatenated
+        base = np.repeat(start - (np.cumsum(lens) - lens), lens)
+        idx = base + np.arange(total)
+        return self.times[idx + 1] - self.times[idx]
 
 
 @njit(cache=True)
@@ -108,6 +138,7 @@ def _simulate(
     capture,
     spec_step_s,
     spec_seq_s,
+    emit_off,
 ):
     np.random.seed(seed)  # noqa: NPY002 (numba: per-thread legacy RNG)
     n = arrival.shape[0]
@@ -119,6 +150,10 @@ def _simulate(
     first = np.full(n, -1.0)
     finish = np.full(n, -1.0)
     stats = np.zeros(N_STATS)
+    # output emissions (one per step that gave the request >= 1 token): request r's times
+    # are emit[emit_off[r] : emit_off[r] + n_emit[r]] (at most output[r] of them)
+    emit = np.empty(emit_off[n])
+    n_emit = np.zeros(n, dtype=np.int64)
 
     run = np.empty(max_seqs, dtype=np.int64)
     sched = np.zeros(max_seqs, dtype=np.int64)
@@ -362,10 +397,14 @@ def _simulate(
                     commit = min(commit, output[r] - gen[r])
                     gen[r] += commit
                     comp[r] += commit
+                    emit[emit_off[r] + n_emit[r]] = t
+                    n_emit[r] += 1
                 else:
                     comp[r] += q
                     if comp[r] >= target[r]:
                         gen[r] += 1
+                        emit[emit_off[r] + n_emit[r]] = t
+                        n_emit[r] += 1
                         if first[r] < 0.0:
                             first[r] = t
                 if gen[r] >= output[r]:
@@ -390,7 +429,7 @@ def _simulate(
     stats[S_WIN_A] = wa
     stats[S_WIN_B] = wb
     stats[S_END] = t
-    return arrival, first, finish, stats
+    return arrival, first, finish, stats, emit, n_emit
 
 
 def run_engine(
@@ -424,15 +463,19 @@ def run_engine(
 
     Returns
     -------
-    (arrival, first_token, finish, stats)
-        Per-request arrival (closed loop: issue time), first-token and finish times (s), and
-        the stats vector (``S_*`` indices).
+    (arrival, first_token, finish, stats, emissions)
+        Per-request arrival (closed loop: issue time), first-token and finish times (s), the
+        stats vector (``S_*`` indices), and an :class:`Emissions` (the times of each
+        request's output emissions: one per step that gave it at least one token).
     """
     t_a, t_b = window if window is not None else (-1.0, -1.0)
-    return _simulate(
+    output = np.ascontiguousarray(output, dtype=np.int64)
+    off = np.zeros(output.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.maximum(output, 1), out=off[1:])
+    arrival, first, finish, stats, emit, n_emit = _simulate(
         np.ascontiguousarray(arrival, dtype=np.float64),
         np.ascontiguousarray(prompt, dtype=np.int64),
-        np.ascontiguousarray(output, dtype=np.int64),
+        output,
         int(closed_n),
         vcost,
         dcost,
@@ -455,4 +498,6 @@ def run_engine(
         int(capture),
         float(spec_step_s),
         float(spec_seq_s),
+        off,
     )
+    return arrival, first, finish, stats, Emissions(emit, off[:-1], n_emit)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specbayes import catalog
+from specbayes.data import PERCENTILE_LEVELS
 from specbayes.sim import engine as eng
 from specbayes.sim.arrivals import CLOSED, STRATEGIES, arrival_times
 from specbayes.sim.costs import EngineConfig, cost_vector, kv_capacity_blocks
@@ -336,7 +337,7 @@ def run_point(
     prompt = np.full(n, cfg.prefill, dtype=np.int64)
     output = np.full(n, cfg.decode, dtype=np.int64)
     e = cfg.engine
-    arrival, first, finish, stats = eng.run_engine(
+    arrival, first, finish, stats, emissions = eng.run_engine(
         arrival,
         prompt,
         output,
@@ -388,6 +389,8 @@ def run_point(
     ttft = (first - arrival)[sel]
     g = cfg.decode
     itl = ((finish - first) / (g - 1))[sel] if g > 1 else np.zeros(sel.sum())
+    tpot = lw / g
+    chunk = emissions.gaps(sel)
     preempt = int(stats[eng.S_PREEMPT])
 
     reasons = []
@@ -426,10 +429,11 @@ def run_point(
         "concurrency": float(closed_n) if strategy in CLOSED else float("nan"),
         "rps": float(achieved),
         "latency": float(lw.mean()),
-        "latency_p50": float(np.percentile(lw, 50)),
-        "latency_p99": float(np.percentile(lw, 99)),
-        "ttft": float(ttft.mean()),
-        "itl": float(itl.mean()),
+        **_timing("latency", lw),
+        **_timing("ttft", ttft),
+        **_timing("itl", itl),
+        **_timing("tpot", tpot),
+        **_timing("chunk_itl", chunk),
         "n_requests": int(sel.sum()),
         "mean_batch": float(mean_batch),
         "mean_in_system": float(in_system),
@@ -463,5 +467,18 @@ def run_point(
         "end_s": float(stats[eng.S_END]),
         "preemptions_in_window": int(stats[eng.S_PREEMPT_WIN]),
         "cycles": float(cycles),
+        "emissions": emissions,
     }
     return row, info
+
+
+def _timing(metric: str, values: np.ndarray) -> dict[str, float]:
+    """``<metric>`` (mean; not for latency, whose mean the row has) and its percentiles.
+
+    Percentiles over ``values`` (per request, or per chunk gap for ``chunk_itl``) at
+    :data:`specbayes.data.PERCENTILE_LEVELS`; NaN when there are none.
+    """
+    out = {} if metric == "latency" else {metric: float(values.mean()) if values.size else math.nan}
+    for level in PERCENTILE_LEVELS:
+        out[f"{metric}_p{level}"] = float(np.percentile(values, level)) if values.size else math.nan
+    return out
