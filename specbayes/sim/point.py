@@ -7,9 +7,14 @@ returns a row in the sweep schema of :mod:`specbayes.data`.
 
 Measured quantities (over the measurement window; warm-up and cool-down excluded)
 -----------------------------------------------------------------------------------
-* ``latency`` / ``latency_p50`` / ``latency_p99`` — end-to-end latency (finish − arrival) of
-  the requests in the window; ``ttft`` (first token − arrival) and ``itl``
-  ((finish − first token)/(g − 1)) means;
+* ``latency`` (mean) and ``latency_p50/p90/p95/p99`` — end-to-end latency (finish − arrival)
+  of the requests in the window; likewise the mean and the same percentiles over those
+  requests of ``ttft`` (first token − arrival), ``itl`` ((finish − first token)/(g − 1); 0
+  when g = 1) and ``tpot`` (latency / g, the first token included);
+* ``chunk_itl`` (mean) and its percentiles — the gaps between a request's successive output
+  emissions, pooled over all gaps of those requests: one emission per step that gave the
+  request at least one token (dense: every token; speculative: one verify step's a + 1
+  tokens, ≈ the step time). NaN when there are no gaps (g = 1);
 * ``rps`` — achieved rate: completions inside the window / window length;
 * ``mean_in_system`` — time-average number of requests in the system over the window, from
   the requests' [arrival, finish) intervals (Little's law: ≈ rps × latency);
