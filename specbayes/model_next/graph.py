@@ -213,7 +213,7 @@ def sweep_curvature(design: Design, pr: dict, c2p, c2v, c2d, passes):
 
     .. math::
 
-        \omega_g \sim \mathrm{HalfNormal}(s), \qquad K_g = R_{h(g)}/\omega_g, \qquad
+        \log\omega_g \sim \mathcal N(m, s), \qquad K_g = R_{h(g)}/\omega_g, \qquad
         C_{3s} = \mathrm{token\_knee\_curvature}(c_{2p}, c_{2v}, c_{2d}, w_s, k_s; K_{g(s)})
 
     one knee :math:`K_g` (tokens per pass) per (verifier, hardware) around the GPU's roofline
@@ -229,7 +229,7 @@ def sweep_curvature(design: Design, pr: dict, c2p, c2v, c2d, passes):
 
     groups = design.coords["group"]
     ridge = np.array([ridge_tokens(g.split("|", 1)[1]) for g in groups])
-    omega = pm.HalfNormal("inverse_knee", pr["inverse_knee"]["sigma"], dims="group")
+    omega = pm.LogNormal("inverse_knee", **pr["inverse_knee"], dims="group")
     knee = pm.Deterministic("knee_tokens", ridge / omega, dims="group")
     group = design.unit_group[design.sweep_unit]
     c3 = laws.token_knee_curvature(

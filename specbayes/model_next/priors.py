@@ -87,15 +87,19 @@ Pooled structure (coefficients shared across sweeps)
 
 Both
     ``inverse_knee``
-        ``None``: the law as the paper has it, linear in the batch. A dict ``{"sigma": s}``:
-        a batch curvature (:func:`specbayes.laws.token_knee_curvature`) whose knee of each
-        (verifier, hardware) group is :math:`K_g = R/\omega_g` tokens per pass, :math:`R` the
-        GPU's roofline ridge (:func:`specbayes.model_next.physics.ridge_tokens`) and
-        :math:`\omega_g \sim \mathrm{HalfNormal}(s)`: from no curvature at all
-        (:math:`\omega = 0`, the simulator's additive roofline) to a knee at a fraction of the
-        ridge, one per group shared by its dense and SD sweeps and its cells, so the rows of
-        every sweep inform it and a verifier pass's ``k + 1`` tokens per sequence put an SD
-        arm's knee ``k + 1`` times earlier.
+        ``None`` (default): the law as the paper has it, linear in the batch. A dict
+        ``{"mu": m, "sigma": s}``: a batch curvature
+        (:func:`specbayes.laws.token_knee_curvature`) whose knee of each (verifier, hardware)
+        group is :math:`K_g = R/\omega_g` tokens per pass, :math:`R` the GPU's roofline ridge
+        (:func:`specbayes.model_next.physics.ridge_tokens`), :math:`\log\omega_g \sim
+        \mathcal N(m, s)`; one per group, shared by its dense and SD sweeps and its cells, so
+        the rows of every sweep inform it and a verifier pass's ``k + 1`` tokens per sequence
+        put an SD arm's knee ``k + 1`` times earlier. ``{"mu": -1.9, "sigma": 1.5}`` spans a
+        knee at a fraction of the ridge to none in practice (the simulator's additive
+        roofline); on the real B200 sweeps of ``data/real`` it is 3.5 times the ridge. Not
+        the default: it makes the predictions beyond the measured loads honest for the real
+        server and too pessimistic for the simulated ones, and over both it does not improve
+        ``benchmarks/load_extrapolation.md`` (issue 43).
     ``wall_softness``
         With curvature an open-loop row's law has a finite latency at its wall and none past
         it: the graph continues it by a smooth plateau within this distance of the wall
