@@ -13,10 +13,15 @@ lower half of loads predicts the upper half; per held-out load it is scored on
   observed side of 0.5 — counted where the observed speedup is below 0.9 or above 1.1.
 
 Rows that validation leaves out of a fit (saturated, latency growth) are not scored and are
-listed. ::
+listed. Sweeps of your own — GuideLLM or ``vllm bench serve`` results turned into a sweep
+table by ``specbayes ingest FILES --out table.csv`` — are scored the same way with
+``--table`` (pairs: each SD arm with the dense arm of its cell, or the one dense arm of its
+verifier and GPU; the speedup where both arms ran the same load, each arm's latency
+wherever it ran). ::
 
     .venv/bin/python benchmarks/load_extrapolation.py --write
     .venv/bin/python benchmarks/load_extrapolation.py --cases real --fit-all   # inside the data
+    .venv/bin/python benchmarks/load_extrapolation.py --cases none --table table.csv
 
 ``--fit-all`` fits every load and scores the same upper half (coverage inside the data).
 """
@@ -89,13 +94,39 @@ N_RATES = 8
 
 
 # -- the pairs ---------------------------------------------------------------------------------
-def real_pairs() -> dict[str, pd.DataFrame]:
-    """Every SD arm of ``data/real`` with the dense arm of its workload (cell)."""
-    rows = read_sweeps(REAL)
+def table_pairs(path: Path, prefix: str) -> dict[str, pd.DataFrame]:
+    """Every SD arm of a sweep table with the dense arm of its workload.
+
+    An SD arm (verifier, hardware, cell, drafter, k) pairs with the dense arm of its cell,
+    or — where its cell has none, as when real prompts give each run its own mean lengths —
+    with the one dense arm of its (verifier, hardware). Arms left without a partner are
+    listed on stderr. Any table :func:`specbayes.data.read_sweeps` reads: ``data/real``'s, or
+    what ``specbayes ingest FILES --out table.csv`` writes from GuideLLM / ``vllm bench serve``
+    results.
+    """
+    rows = read_sweeps(path)
+    if "cell" not in rows or rows["cell"].isna().any():
+        cells = rows["prefill"].round().astype(int).astype(str) + "x"
+        cells += rows["decode"].round().astype(int).astype(str)
+        rows["cell"] = rows["cell"].where(rows["cell"].notna(), cells) if "cell" in rows else cells
+    rows["drafter"] = rows["drafter"].fillna("none") if "drafter" in rows else "none"
+    dense_all = rows[rows.k == 0]
     pairs = {}
-    for (cell, drafter), arm in rows[rows.k > 0].groupby(["cell", "drafter"]):
-        dense = rows[(rows.cell == cell) & (rows.k == 0)]
-        pairs[f"real-{drafter}-{cell}"] = pd.concat([dense, arm], ignore_index=True)
+    for (v, hw, cell, drafter, k), arm in rows[rows.k > 0].groupby(
+        ["verifier", "hardware", "cell", "drafter", "k"]
+    ):
+        mine = dense_all[(dense_all.verifier == v) & (dense_all.hardware == hw)]
+        if (mine.cell == cell).any():
+            dense = mine[mine.cell == cell]
+        else:  # the one dense workload of the verifier and GPU, if there is one: the same
+            # workload under the dense arm's label, so the fit sees one cell
+            dense = mine if mine.cell.nunique() == 1 else mine.iloc[:0]
+            arm = arm.assign(cell=dense.cell.iloc[0]) if len(dense) else arm
+        if dense.empty:
+            print(f"{path.name}: {v} {hw} {cell} {drafter} k={k}: no dense arm to pair with",
+                  file=sys.stderr)  # fmt: skip
+            continue
+        pairs[f"{prefix}-{drafter}-k{k}-{cell}"] = pd.concat([dense, arm], ignore_index=True)
     return pairs
 
 
@@ -134,10 +165,15 @@ def simulate_pair(p: SimPair, seed: int = 0) -> pd.DataFrame:
 
 # -- one pair ----------------------------------------------------------------------------------
 def _level(rows: pd.DataFrame) -> pd.Series:
-    """A row's load level: its stream count, or its target rate (open loop — the two arms'
-    achieved rates differ by a little at one target)."""
+    """A row's load level: its stream count (closed loop), or its target rate (open loop —
+    the two arms' achieved rates differ by a little at one target). In a pair run mostly
+    open loop, its closed-loop rows (GuideLLM's synchronous point) are the lightest load,
+    level -1: always fitted, never scored."""
+    closed = rows["concurrency"].notna()
     target = rows["target_rps"] if "target_rps" in rows else rows["rps"]
-    return rows["concurrency"].where(rows["concurrency"].notna(), target).round(6)
+    if closed.mean() < 0.5:
+        return target.where(~closed, -1.0).round(6)
+    return rows["concurrency"].where(closed, target).round(6)
 
 
 def split(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -158,7 +194,9 @@ def split(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 
 def score(f, held: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
-    """One row per held-out load of both arms: observed and predicted latency and speedup."""
+    """One row per held-out load: each arm's observed and predicted latency where that arm
+    was measured there, the speedup and P(SD faster) where both were (``NaN`` otherwise —
+    e.g. GuideLLM's sweep profile picks each arm's rates itself)."""
     held = held.assign(_level=_level(held))
     pred = f.predict(held, seed=seed).values  # (sample, row)
     mean = f.mean_latency(held).values
@@ -166,18 +204,19 @@ def score(f, held: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     at, sd = held["_level"].to_numpy(), (held.k > 0).to_numpy()
     for lev in np.unique(at):
         dense, spec = np.flatnonzero((at == lev) & ~sd), np.flatnonzero((at == lev) & sd)
-        if len(dense) != 1 or len(spec) != 1:
-            continue  # one arm left out at this load: no speedup to score
-        d, s = dense[0], spec[0]
-        obs_d, obs_s = held.latency.iat[d], held.latency.iat[s]
-        ratio = pred[:, d] / pred[:, s]
-        row = {"load": lev, "obs_speedup": obs_d / obs_s}
-        row.update(_interval("speedup", ratio, obs_d / obs_s))
-        row.update(_interval("dense", pred[:, d], obs_d))
-        row.update(_interval("sd", pred[:, s], obs_s))
-        row["p_faster"] = float(np.mean(mean[:, s] < mean[:, d]))
+        row = {"load": lev, "obs_speedup": np.nan, "p_faster": np.nan}
+        for name, idx in (("dense", dense), ("sd", spec)):
+            if len(idx) == 1:
+                row.update(_interval(name, pred[:, idx[0]], held.latency.iat[idx[0]]))
+        if len(dense) == 1 and len(spec) == 1:
+            d, s = dense[0], spec[0]
+            row["obs_speedup"] = held.latency.iat[d] / held.latency.iat[s]
+            row.update(_interval("speedup", pred[:, d] / pred[:, s], row["obs_speedup"]))
+            row["p_faster"] = float(np.mean(mean[:, s] < mean[:, d]))
         out.append(row)
-    return pd.DataFrame(out)
+    cols = [f"{n}_{c}" for n in ("speedup", "dense", "sd") for c in ("in90", "in50")]
+    frame = pd.DataFrame(out)
+    return frame.assign(**{c: np.nan for c in cols if c not in frame})
 
 
 def _interval(name: str, draws: np.ndarray, observed: float) -> dict:
@@ -187,8 +226,8 @@ def _interval(name: str, draws: np.ndarray, observed: float) -> dict:
         f"{name}_med": q[2],
         f"{name}_lo90": q[0],
         f"{name}_hi90": q[4],
-        f"{name}_in90": bool(q[0] <= observed <= q[4]),
-        f"{name}_in50": bool(q[1] <= observed <= q[3]),
+        f"{name}_in90": float(q[0] <= observed <= q[4]),
+        f"{name}_in50": float(q[1] <= observed <= q[3]),
     }
 
 
@@ -208,6 +247,7 @@ def run_pair(
         "loop": "closed" if rows["concurrency"].notna().all() else "open",
         "fitted rows": len(f.data),
         "held-out loads": 0,
+        "held-out points": 0,
         "left out (upper half)": int((left.level > _split_level(rows)).sum()),
         "divergences": s["divergences"],
         "max R-hat": round(s["max_r_hat"], 3),
@@ -215,7 +255,8 @@ def run_pair(
         "fit s": round(time.perf_counter() - t0, 1),
     }
     scores = score(f, held, seed)
-    info["held-out loads"] = len(scores)
+    info["held-out loads"] = int(scores["obs_speedup"].notna().sum())
+    info["held-out points"] = int(scores[["dense_in90", "sd_in90"]].notna().sum().sum())
     return scores.assign(pair=name), info
 
 
@@ -229,8 +270,7 @@ def _split_level(rows: pd.DataFrame) -> float:
 def summarise(scores: pd.DataFrame) -> pd.DataFrame:
     """Coverage and direction over all held-out loads, and per source (real, simulated)."""
     groups = {"all pairs": scores}
-    groups["data/real"] = scores[scores.pair.str.startswith("real-")]
-    groups["simulated"] = scores[~scores.pair.str.startswith("real-")]
+    groups.update({source: g for source, g in scores.groupby("source", sort=False)})
     rows = []
     for label, g in groups.items():
         if g.empty:
@@ -239,7 +279,7 @@ def summarise(scores: pd.DataFrame) -> pd.DataFrame:
         right = ((decisive.p_faster > 0.5) == (decisive.obs_speedup > 1)).sum()
         rows.append({
             "pairs": label,
-            "loads": len(g),
+            "loads": int(g.obs_speedup.notna().sum()),
             "speedup 90 %": g.speedup_in90.mean(),
             "speedup 50 %": g.speedup_in50.mean(),
             "dense 90 %": g.dense_in90.mean(),
@@ -254,6 +294,10 @@ def summarise(scores: pd.DataFrame) -> pd.DataFrame:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="real,sim", help="comma list: real, sim, or pair names")
+    ap.add_argument(
+        "--table", type=Path, action="append", default=[],
+        help="also score the pairs of this sweep table (e.g. written by specbayes ingest)",
+    )  # fmt: skip
     ap.add_argument("--fit-all", action="store_true", help="fit every load (inside the data)")
     ap.add_argument("--seed", type=int, default=0, help="sampler seed of every fit")
     ap.add_argument("--priors", type=json.loads, default=None, help="prior overrides (JSON)")
@@ -261,17 +305,19 @@ def main() -> None:
     args = ap.parse_args()
     wanted = args.cases.split(",")
 
-    pairs = {}
+    pairs = {}  # name: (source, rows)
     if "real" in wanted:
-        pairs.update(real_pairs())
+        pairs.update({n: ("data/real", r) for n, r in table_pairs(REAL, "real").items()})
+    for path in args.table:
+        pairs.update({n: (path.name, r) for n, r in table_pairs(path, path.stem).items()})
     for p in SIM_PAIRS:
         if "sim" in wanted or p.name in wanted:
-            pairs[p.name] = simulate_pair(p)
+            pairs[p.name] = ("simulated", simulate_pair(p))
     t0 = time.perf_counter()
     scores, infos = [], []
-    for name, rows in pairs.items():
+    for name, (source, rows) in pairs.items():
         s, info = run_pair(name, rows, args.fit_all, args.seed, args.priors)
-        scores.append(s)
+        scores.append(s.assign(source=source))
         infos.append(info)
         print(f"{name}: {info}", file=sys.stderr, flush=True)
     scores = pd.concat(scores, ignore_index=True)
@@ -287,12 +333,15 @@ def _record(args, scores: pd.DataFrame, infos: pd.DataFrame, wall: float) -> str
     what = "all loads fitted (inside the data)" if args.fit_all else "lower half fitted"
     cmd = "benchmarks/load_extrapolation.py" + (" --fit-all" if args.fit_all else "")
     cmd += f" --cases {args.cases} --seed {args.seed}"
+    cmd += "".join(f" --table {p}" for p in args.table)
     if args.priors is not None:
         cmd += f" --priors '{json.dumps(args.priors)}'"
         what += f", priors {json.dumps(args.priors)}"
     cmd += " --write"
     cols = ["pair", "load", "obs_speedup", "speedup_med", "speedup_lo90", "speedup_hi90",
             "speedup_in90", "speedup_in50", "dense_in90", "sd_in90", "p_faster"]  # fmt: skip
+    # 1 / 0: the observed value inside / outside the interval; "–": that arm or the speedup
+    # was not measured at that load
     return "\n".join([
         f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC — {platform.machine()}, {what}, "
         f"{len(infos)} pairs, {len(scores)} held-out loads, wall {wall:.0f} s",
@@ -305,7 +354,7 @@ def _record(args, scores: pd.DataFrame, infos: pd.DataFrame, wall: float) -> str
         "",
         "<details><summary>every held-out load</summary>",
         "",
-        markdown_table(scores[cols], floatfmt=".3g"),
+        markdown_table(scores.reindex(columns=cols), floatfmt=".3g"),
         "",
         "</details>",
         "",
