@@ -344,7 +344,8 @@ def _record(args, scores: pd.DataFrame, infos: pd.DataFrame, wall: float) -> str
     # was not measured at that load
     return "\n".join([
         f"### {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC — {platform.machine()}, {what}, "
-        f"{len(infos)} pairs, {len(scores)} held-out loads, wall {wall:.0f} s",
+        f"{len(infos)} pairs, {int(scores.obs_speedup.notna().sum())} held-out loads with both "
+        f"arms ({len(scores)} with either), wall {wall:.0f} s",
         "",
         f"Command: `.venv/bin/python {cmd}`",
         "",
