@@ -236,6 +236,12 @@ CASES = [
     ("fit-moe-without-core", "fit good.csv --model moe --out x.nc", "--core legacy", ["x.nc"]),
     ("fit-legacy-core-for-sd", "fit good.csv --core legacy --out x.nc", "moe level only", ["x.nc"]),
     ("fit-start-on-default-core", "fit good.csv --start mode --out x.nc", "--start", ["x.nc"]),
+    (
+        "fit-curvature-on-old-core",
+        "fit good.csv --model moe --core legacy --curvature --out x.nc",
+        "--curvature",
+        ["x.nc"],
+    ),
     ("fit-chains-zero", "fit good.csv --out x.nc --chains 0", "--chains", ["x.nc"]),
     ("fit-seed-text", "fit good.csv --out x.nc --seed abc", "--seed", ["x.nc"]),
     ("fit-a-fit-file", "fit fit.nc --out x.nc", "unsupported sweep file type", ["x.nc"]),
@@ -521,3 +527,22 @@ def test_plan_notes_settings_outside_the_measured_range(ws, monkeypatch, capsys)
     assert run_cli(["plan", "fit.nc", "--k", "3", "--ks", "0,3"]) == 0
     out = capsys.readouterr().out
     assert "arm: the measured sweep D1B k=3 in 256x256" in out and "never measured" not in out
+
+
+def test_curvature_flag_asks_the_fit_for_the_knee(ws, monkeypatch):
+    """``--curvature`` reaches the fit as the knee prior; without it, the defaults (issue 43)."""
+    from specbayes.commands import fit as fit_command
+    from specbayes.model_next.priors import KNEE_PRIOR
+
+    monkeypatch.chdir(ws)
+    seen = []
+
+    def fake_fit(*args, **kwargs):
+        seen.append(kwargs.get("priors"))
+        raise ValueError("stop here")  # the flag's effect is what the fit is asked
+
+    monkeypatch.setattr("specbayes.fit.fit", fake_fit)
+    monkeypatch.setattr(fit_command, "save_atomically", lambda result, path: path)
+    assert run_cli(["fit", "good.csv", "--out", "y.nc", "--curvature"]) == 2
+    assert run_cli(["fit", "good.csv", "--out", "y.nc"]) == 2
+    assert seen == [{"inverse_knee": KNEE_PRIOR}, None]

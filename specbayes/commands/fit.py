@@ -81,6 +81,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the old core only (--core legacy): where chains start, the least-squares point "
         "or the posterior mode; auto (default): the mode",
     )
+    p.add_argument(
+        "--curvature",
+        action="store_true",
+        help="a batch curvature: latency bends upward past a knee of the GPU's passes (in "
+        "tokens per pass, around its roofline ridge; an SD verify pass of k + 1 tokens per "
+        "sequence reaches it k + 1 times sooner), so predictions beyond the measured loads "
+        "widen. Real servers bend; the bundled simulator does not. Off by default "
+        "(benchmarks/load_extrapolation.md)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -223,6 +232,11 @@ def check_core(args: argparse.Namespace) -> None:
     from specbayes.fit import resolve_core
 
     core = resolve_core(args.model, args.core)
+    if getattr(args, "curvature", False) and core == "legacy":
+        raise ValueError(
+            "--curvature: the old core's moe level has a batch curvature of its own — drop "
+            "--curvature with --core legacy"
+        )
     if getattr(args, "start", None) is not None and core != "legacy":
         raise ValueError(
             "--start: the default core has one sampler configuration (its chains start "
@@ -274,6 +288,15 @@ def excluded_line(excluded, path: Path) -> str:
     return f"{len(excluded)} rows excluded{by}{more} — listed with reasons in {path}"
 
 
+def curvature_priors(args: argparse.Namespace) -> dict | None:
+    """The prior overrides ``--curvature`` asks for (``None``: the defaults)."""
+    if not getattr(args, "curvature", False):
+        return None
+    from specbayes.model_next.priors import KNEE_PRIOR
+
+    return {"inverse_knee": dict(KNEE_PRIOR)}
+
+
 def run(args: argparse.Namespace) -> int:
     from specbayes.cli import check_interrupted
     from specbayes.data import read_sweeps, validate_sweeps
@@ -302,6 +325,7 @@ def run(args: argparse.Namespace) -> int:
                 table,
                 model=args.model,
                 sampler_config=config,
+                priors=curvature_priors(args),
                 progress=not args.quiet,
                 core=args.core,
             )

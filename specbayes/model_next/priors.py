@@ -131,6 +131,11 @@ COEFS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 VERIFIER_COEFS = ("c1p", "c1v", "c2p", "c2v")
 DRAFTER_COEFS = ("c1d", "c2d")
 
+#: The batch curvature users switch on (``specbayes fit --curvature``, or
+#: ``priors={"inverse_knee": KNEE_PRIOR}``): the knee from a fraction of the GPU's roofline
+#: ridge to none in practice (see ``inverse_knee`` above, ``benchmarks/load_extrapolation.md``).
+KNEE_PRIOR: dict[str, float] = {"mu": -1.9, "sigma": 1.5}
+
 DEFAULT_PRIORS: dict[str, dict] = {
     "noise": {"alpha": 1.0, "beta": 5e-5},
     "noise_growth": {"sigma": 0.5},
