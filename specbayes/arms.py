@@ -228,7 +228,33 @@ def arm_notes(fit: Any, arm: plan.Arm, *, defaulted: bool = False) -> list[str]:
                 f"note: {value:g} lies outside the {what} measured for {arm.verifier} "
                 f"({lo:g}–{hi:g}): the answers below extrapolate the fitted laws"
             )
-    return notes
+    knee = _knee_note(fit, arm)
+    return notes + ([knee] if knee else [])
+
+
+def _knee_note(fit: Any, arm: plan.Arm) -> str | None:
+    """The batch curvature a fit made with ``--curvature`` carries, in one line (else None)."""
+    try:
+        ds = fit.coefficients(replace(arm, k=0, alpha=None).row())
+    except (ValueError, KeyError, AttributeError):
+        return None
+    if "knee_tokens" not in ds:
+        return None
+    lo, mid, hi = (
+        _count(q) for q in np.quantile(ds["knee_tokens"].values[:, 0], [0.05, 0.5, 0.95])
+    )
+    k = max(arm.k, 1)
+    per_verify = _count(float(np.median(ds["knee_tokens"].values[:, 0])) / (k + 1))
+    return (
+        f"model: batch curvature (fitted with --curvature) — passes on {arm.hardware} bend past "
+        f"{mid} tokens per pass (90 % {lo}–{hi}): dense past {mid} requests, a k={k} verify "
+        f"pass past {per_verify}"
+    )
+
+
+def _count(x: float) -> str:
+    """A token or request count: whole from 100 on (1,170, not 1.17e+03)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def _cell_tokens(fit: Any, arm: plan.Arm, cell: str) -> tuple[float, float] | None:

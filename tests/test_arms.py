@@ -94,3 +94,14 @@ def test_capacity_error_answers_about_the_arms_own_k(draws_fit):
     arm = plan.Arm("V8", "A100", prefill=1024, decode=1024, drafter="eagle3", alpha=0.75, k=2)
     with pytest.raises(ValueError, match=r"~0 req/s k=2 takes .*the fastest candidate, k=\d+"):
         plan.capacity(draws_fit, arm, 0.2)
+
+
+def test_a_curved_fit_names_its_knee(two_drafters):
+    """A fit with a batch curvature (``--curvature``) says where its passes bend; one without
+    says nothing (issue 43)."""
+    arm = resolve_arm(two_drafters)
+    assert not any(n.startswith("model: batch curvature") for n in arm_notes(two_drafters, arm))
+    two_drafters.draws["knee_tokens"] = np.full(two_drafters.n, 600.0)
+    (note,) = [n for n in arm_notes(two_drafters, arm) if n.startswith("model: batch curvature")]
+    assert "600 tokens per pass" in note
+    assert f"verify pass past {600 / (arm.k + 1):,.0f}" in note
