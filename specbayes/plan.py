@@ -10,8 +10,9 @@ latencies, and intervals are quantiles of draws, not formulas at posterior means
 
 An *arm* is one server configuration on one workload — (verifier, hardware, drafter,
 prefill, decode) — for which the fit provides draws of the six cycle coefficients and the
-knee batches (``fit.coefficients``); alpha and k then give its effective
-:math:`(C_1, C_2, C_3)` — :math:`C_3` the batch curvature (:func:`laws.effective_curvature`),
+knee batches or knee in tokens per pass (``fit.coefficients``); alpha and k then give its
+effective :math:`(C_1, C_2, C_3)` — :math:`C_3` the batch curvature (:func:`curvature`; 0 for a
+fit of the paper's law),
 so every latency here is :func:`laws.latency` of the law the model was fitted with.
 All latencies here are the *mean* latency ``mu`` of the model (no observation noise): the
 quantities a capacity plan is about.
@@ -37,6 +38,7 @@ __all__ = [
     "coefficient_draws",
     "compare",
     "cost_ratios",
+    "curvature",
     "effective_cost_draws",
     "fitted_closed_loop",
     "measured_max_rps",
