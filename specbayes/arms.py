@@ -228,12 +228,14 @@ def arm_notes(fit: Any, arm: plan.Arm, *, defaulted: bool = False) -> list[str]:
                 f"note: {value:g} lies outside the {what} measured for {arm.verifier} "
                 f"({lo:g}–{hi:g}): the answers below extrapolate the fitted laws"
             )
-    knee = _knee_note(fit, arm)
-    return notes + ([knee] if knee else [])
+    knee = knee_text(fit, arm)
+    if knee:
+        notes.append(f"model: batch curvature (fitted with --curvature) — {knee}")
+    return notes
 
 
-def _knee_note(fit: Any, arm: plan.Arm) -> str | None:
-    """The batch curvature a fit made with ``--curvature`` carries, in one line (else None)."""
+def knee_text(fit: Any, arm: plan.Arm) -> str | None:
+    """Where the passes of a fit made with ``--curvature`` bend, in words (else None)."""
     try:
         ds = fit.coefficients(replace(arm, k=0, alpha=None).row())
     except (ValueError, KeyError, AttributeError):
@@ -246,9 +248,8 @@ def _knee_note(fit: Any, arm: plan.Arm) -> str | None:
     k = max(arm.k, 1)
     per_verify = _count(float(np.median(ds["knee_tokens"].values[:, 0])) / (k + 1))
     return (
-        f"model: batch curvature (fitted with --curvature) — passes on {arm.hardware} bend past "
-        f"{mid} tokens per pass (90 % {lo}–{hi}): dense past {mid} requests, a k={k} verify "
-        f"pass past {per_verify}"
+        f"passes on {arm.hardware} bend past {mid} tokens per pass (90 % {lo}–{hi}): dense past "
+        f"{mid} requests, a k={k} verify pass past {per_verify}"
     )
 
 

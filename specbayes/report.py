@@ -758,6 +758,14 @@ _LOAD_UNITS = {
 }
 
 
+def _curvature_text(fit, arm) -> str:
+    """ ", with a batch curvature ..." for a fit made with ``--curvature``, else ""."""
+    from specbayes.arms import knee_text
+
+    text = knee_text(fit, arm)
+    return "" if text is None else f" with a batch curvature (`--curvature`): {text}"
+
+
 def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
     captions = {**_FIGURES, **(_FIGURES_CLOSED if head.closed_loop is not None else {})}
     lines = [
@@ -765,7 +773,8 @@ def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
         "",
         f"Configuration planned for: **{arm.label()}** on **{arm.hardware}**, workload "
         f"**{arm.cell}** (prefill ≈ {arm.prefill:.0f}, decode ≈ {arm.decode:.0f} tokens). "
-        f"Model: `{getattr(fit, 'model_name', '?')}`. Latencies are in seconds, loads in "
+        f"Model: `{getattr(fit, 'model_name', '?')}`{_curvature_text(fit, arm)}. Latencies "
+        "are in seconds, loads in "
         f"{_LOAD_UNITS[head.closed_loop is not None]}; intervals are central "
         f"{INTERVAL_PROB:.0%} intervals of "
         "posterior draws of the mean latency. The model and its formulas: `docs/model.md`.",
