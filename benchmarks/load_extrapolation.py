@@ -193,7 +193,7 @@ def split(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
     )
 
 
-def score(f, held: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+def score(f, held: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
     """One row per held-out load: each arm's observed and predicted latency where that arm
     was measured there, the speedup and P(SD faster) where both were (``NaN`` otherwise —
     e.g. GuideLLM's sweep profile picks each arm's rates itself)."""
@@ -232,7 +232,7 @@ def _interval(name: str, draws: np.ndarray, observed: float) -> dict:
 
 
 def run_pair(
-    name: str, rows: pd.DataFrame, fit_all: bool, seed: int, priors: dict | None = None
+    name: str, rows: pd.DataFrame, fit_all: bool, seed: int | None, priors: dict | None = None
 ) -> tuple[pd.DataFrame, dict]:
     train, held, left = split(rows)
     if fit_all:
@@ -240,7 +240,8 @@ def run_pair(
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        f = fit(train, model="sd", sampler_config={"seed": seed}, priors=priors, progress=False)
+        config = {} if seed is None else {"seed": seed}
+        f = fit(train, model="sd", sampler_config=config, priors=priors, progress=False)
     s = f.summary()
     info = {
         "pair": name,
@@ -299,7 +300,10 @@ def main() -> None:
         help="also score the pairs of this sweep table (e.g. written by specbayes ingest)",
     )  # fmt: skip
     ap.add_argument("--fit-all", action="store_true", help="fit every load (inside the data)")
-    ap.add_argument("--seed", type=int, default=0, help="sampler seed of every fit")
+    ap.add_argument(
+        "--seed", type=int, default=None,
+        help="sampler seed of every fit (default: the package's, as a user's fit has)",
+    )  # fmt: skip
     ap.add_argument("--priors", type=json.loads, default=None, help="prior overrides (JSON)")
     ap.add_argument("--write", action="store_true", help="append the result to the .md")
     args = ap.parse_args()
@@ -332,7 +336,7 @@ def main() -> None:
 def _record(args, scores: pd.DataFrame, infos: pd.DataFrame, wall: float) -> str:
     what = "all loads fitted (inside the data)" if args.fit_all else "lower half fitted"
     cmd = "benchmarks/load_extrapolation.py" + (" --fit-all" if args.fit_all else "")
-    cmd += f" --cases {args.cases} --seed {args.seed}"
+    cmd += f" --cases {args.cases}" + ("" if args.seed is None else f" --seed {args.seed}")
     cmd += "".join(f" --table {p}" for p in args.table)
     if args.priors is not None:
         cmd += f" --priors '{json.dumps(args.priors)}'"
