@@ -68,8 +68,8 @@ class SimPair:
 
 
 #: Simulated pairs: verifiers of three sizes, both GPUs of the paper set, EAGLE-3 heads and a
-#: vanilla draft model, k 2–6, alpha 0.4–0.85, open and closed loop. ``poor`` is the drafter
-#: of the closed-loop break-even test (SD loses from about 6 streams on).
+#: vanilla draft model, k 2–6, alpha 0.4–0.85, open and closed loop. ``q8-h100-poor`` has the
+#: drafter of the closed-loop break-even test (SD loses from about 6 streams on).
 SIM_PAIRS = (
     SimPair("q8-h100-closed", "Qwen3-8B", "EAGLE3-Qwen3-8B", "H100-SXM", 512, 256, 0.7, 3,
             "closed"),
