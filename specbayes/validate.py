@@ -204,6 +204,7 @@ def _run_fold(
     sampler_config: dict | None,
     methods: tuple,
     core: str | None,
+    priors: dict | None = None,
 ) -> tuple[list[dict], list[pd.DataFrame]]:
     """Fit ``methods`` on ``fold``'s training rows and score its held-out rows (one task)."""
     held = fold.mask(data)
@@ -230,7 +231,10 @@ def _run_fold(
         from specbayes.model_next.fitted import NextFit
 
         t0 = time.perf_counter()
-        result = fit(train, model=model, sampler_config=sampler_config, progress=False, core=core)
+        result = fit(
+            train, model=model, sampler_config=sampler_config, priors=priors, progress=False,
+            core=core,
+        )  # fmt: skip
         # the next core conditions measured (kept, unsaturated) rows below their wall
         kw = {"measured": True} if isinstance(result, NextFit) else {}
         mu = result.mean_latency(test, **kw).values
@@ -293,6 +297,7 @@ def leave_n_out(
     scheduler=None,
     progress: bool = False,
     core: str | None = None,
+    priors: dict | None = None,
 ) -> LeaveNOut:
     """Hold out ``n`` cells per (verifier, hardware), fit on the rest, score the held-out rows.
 
@@ -326,6 +331,9 @@ def leave_n_out(
     core : {"next", "legacy"}, optional
         The model core (:func:`specbayes.fit.resolve_core`): ``sd`` and ``dense`` run on the
         default core; ``moe`` only on the old one, asked for with ``"legacy"``.
+    priors : dict, optional
+        Prior overrides of every fold's fit (e.g. the batch curvature,
+        ``{"inverse_knee": KNEE_PRIOR}``).
     """
     table = sweeps if isinstance(sweeps, SweepTable) else validate_sweeps(sweeps)
     data = table.data.reset_index(drop=True)
@@ -355,7 +363,12 @@ def leave_n_out(
         _run_fold,
         jobs,
         common=dict(
-            data=data, model=model, sampler_config=sampler_config, methods=methods, core=core
+            data=data,
+            model=model,
+            sampler_config=sampler_config,
+            methods=methods,
+            core=core,
+            priors=priors,
         ),
         scheduler=scheduler,
         workers=n_jobs,

@@ -546,3 +546,20 @@ def test_curvature_flag_asks_the_fit_for_the_knee(ws, monkeypatch):
     assert run_cli(["fit", "good.csv", "--out", "y.nc", "--curvature"]) == 2
     assert run_cli(["fit", "good.csv", "--out", "y.nc"]) == 2
     assert seen == [{"inverse_knee": KNEE_PRIOR}, None]
+
+
+def test_validate_curvature_flag_reaches_every_fit(ws, monkeypatch):
+    """``validate --curvature``: the folds' fits and the in-sample fit get the knee prior."""
+    from specbayes.model_next.priors import KNEE_PRIOR
+
+    monkeypatch.chdir(ws)
+    seen = []
+
+    def fake_leave_n_out(*args, **kwargs):
+        seen.append(kwargs.get("priors"))
+        raise ValueError("stop here")
+
+    monkeypatch.setattr("specbayes.validate.leave_n_out", fake_leave_n_out)
+    assert run_cli(["validate", "good.csv", "--out", "v", "--curvature"]) == 2
+    assert run_cli(["validate", "good.csv", "--out", "v2"]) == 2
+    assert seen == [{"inverse_knee": KNEE_PRIOR}, None]

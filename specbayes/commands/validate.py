@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--scheduler", type=scheduler_arg, help=SCHEDULER_HELP)
     p.add_argument("--no-baseline", action="store_true", help="skip the curve_fit baseline")
+    p.add_argument(
+        "--curvature",
+        action="store_true",
+        help="every fit with the batch curvature of `specbayes fit --curvature`",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.set_defaults(func=run)
@@ -132,7 +137,7 @@ def _write(out: Path, res, checks: dict, pareto_k) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir, dumps
-    from specbayes.commands.fit import check_core, check_level
+    from specbayes.commands.fit import check_core, check_level, curvature_priors
     from specbayes.data import validate_sweeps
     from specbayes.fit import fit
     from specbayes.validate import leave_n_out
@@ -156,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         scheduler=args.scheduler,
         progress=not args.quiet,
         core=args.core,
+        priors=curvature_priors(args),
     )
     if res.folds.empty:
         reasons = (
@@ -172,7 +178,10 @@ def run(args: argparse.Namespace) -> int:
         print(res.skipped.to_string(index=False))
 
     print("\nfitting all rows for in-sample checks …")
-    full = fit(table, model=args.model, sampler_config=cfg, progress=not args.quiet, core=args.core)
+    full = fit(
+        table, model=args.model, sampler_config=cfg, priors=curvature_priors(args),
+        progress=not args.quiet, core=args.core,
+    )  # fmt: skip
     checks = in_sample_checks(full)
     pareto_k = checks.pop("pareto_k")
     checks.update(full.summary())
