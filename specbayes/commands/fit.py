@@ -84,7 +84,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--curvature",
         action="store_true",
-        help="a batch curvature: latency bends upward past a knee of the GPU's passes (in "
+        help="experimental — a batch curvature: latency bends upward past a knee of the GPU's "
+        "passes (in "
         "tokens per pass, around its roofline ridge; an SD verify pass of k + 1 tokens per "
         "sequence reaches it k + 1 times sooner), so predictions beyond the measured loads "
         "widen. Real servers bend; the bundled simulator does not. Off by default "
