@@ -759,7 +759,8 @@ _LOAD_UNITS = {
 
 
 def _curvature_text(fit, arm) -> str:
-    """ ", with a batch curvature ..." for a fit made with ``--curvature``, else ""."""
+    """The summary's words on a fit made with ``--curvature`` (where its passes bend), else
+    the empty string."""
     from specbayes.arms import knee_text
 
     text = knee_text(fit, arm)
