@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from specbayes import sim
-from specbayes.data import read_sweeps, validate_sweeps
+from specbayes.data import cell_label, read_sweeps, validate_sweeps
 from specbayes.fit import fit
 from specbayes.report import markdown_table
 
@@ -105,11 +105,12 @@ def table_pairs(path: Path, prefix: str) -> dict[str, pd.DataFrame]:
     results.
     """
     rows = read_sweeps(path)
-    if "cell" not in rows or rows["cell"].isna().any():
-        cells = rows["prefill"].round().astype(int).astype(str) + "x"
-        cells += rows["decode"].round().astype(int).astype(str)
-        rows["cell"] = rows["cell"].where(rows["cell"].notna(), cells) if "cell" in rows else cells
-    rows["drafter"] = rows["drafter"].fillna("none") if "drafter" in rows else "none"
+    # the labels validation gives unlabelled rows (specbayes.data): "<prefill>x<decode>",
+    # "none" for dense rows and "unspecified" for an unnamed drafter
+    given = rows["cell"] if "cell" in rows else pd.Series(np.nan, index=rows.index)
+    rows["cell"] = given.where(given.notna(), cell_label(rows.prefill, rows.decode).to_numpy())
+    given = rows["drafter"] if "drafter" in rows else pd.Series(np.nan, index=rows.index)
+    rows["drafter"] = given.where(given.notna(), np.where(rows.k > 0, "unspecified", "none"))
     dense_all = rows[rows.k == 0]
     pairs = {}
     for (v, hw, cell, drafter, k), arm in rows[rows.k > 0].groupby(
@@ -179,17 +180,18 @@ def _level(rows: pd.DataFrame) -> pd.Series:
 def split(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(fit rows, held-out rows, left-out rows) of a pair.
 
-    Loads are the levels both arms share, in order (``target_rps`` open loop — an arm's
-    achieved rate differs from the other's by a little); the lower half (the smaller half
-    when odd) is fitted. Held-out rows are the upper half's rows that validation keeps."""
+    Load levels (:func:`_level`) in order; the lower half of them (the smaller half when odd)
+    is fitted. Held-out rows are the upper half's rows that validation keeps; the rows it
+    leaves out are returned with ``upper`` (whether they would have been held out)."""
     table = validate_sweeps(rows, allow_unknown_alpha=True)
     level = _level(rows)
-    lower = level <= _split_level(rows)
+    levels = np.sort(level.dropna().unique())
+    lower = level <= levels[len(levels) // 2 - 1]
     kept = table.data
     return (
         rows[lower.to_numpy()],
         kept[~lower.loc[kept.index].to_numpy()],
-        table.excluded.assign(level=level.loc[table.excluded.index]),
+        table.excluded.assign(upper=~lower.loc[table.excluded.index]),
     )
 
 
@@ -249,7 +251,7 @@ def run_pair(
         "fitted rows": len(f.data),
         "held-out loads": 0,
         "held-out points": 0,
-        "left out (upper half)": int((left.level > _split_level(rows)).sum()),
+        "left out (upper half)": int(left.upper.sum()),
         "divergences": s["divergences"],
         "max R-hat": round(s["max_r_hat"], 3),
         "min ESS": int(s["min_ess_bulk"]),
@@ -259,12 +261,6 @@ def run_pair(
     info["held-out loads"] = int(scores["obs_speedup"].notna().sum())
     info["held-out points"] = int(scores[["dense_in90", "sd_in90"]].notna().sum().sum())
     return scores.assign(pair=name), info
-
-
-def _split_level(rows: pd.DataFrame) -> float:
-    """The highest fitted level: the lower half of the levels (the smaller half when odd)."""
-    levels = np.sort(_level(rows).dropna().unique())
-    return float(levels[len(levels) // 2 - 1])
 
 
 # -- the benchmark -----------------------------------------------------------------------------

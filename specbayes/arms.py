@@ -242,11 +242,9 @@ def knee_text(fit: Any, arm: plan.Arm) -> str | None:
         return None
     if "knee_tokens" not in ds:
         return None
-    lo, mid, hi = (
-        _count(q) for q in np.quantile(ds["knee_tokens"].values[:, 0], [0.05, 0.5, 0.95])
-    )
+    lo, mid, hi = np.quantile(ds["knee_tokens"].values[:, 0], [0.05, 0.5, 0.95])
     k = max(arm.k, 1)
-    per_verify = _count(float(np.median(ds["knee_tokens"].values[:, 0])) / (k + 1))
+    lo, per_verify, mid, hi = _count(lo), _count(mid / (k + 1)), _count(mid), _count(hi)
     return (
         f"passes on {arm.hardware} bend past {mid} tokens per pass (90 % {lo}–{hi}): dense past "
         f"{mid} requests, a k={k} verify pass past {per_verify}"

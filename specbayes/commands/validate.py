@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     check_level(table, args.model, args.data)  # before the folds' progress bars
     print(f"{table.summary()}; leave-out n = {args.leave_out}, {args.repeats} folds each")
     methods = ("specbayes",) if args.no_baseline else ("specbayes", "baseline")
+    priors = curvature_priors(args)
     res = leave_n_out(
         table,
         model=args.model,
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         scheduler=args.scheduler,
         progress=not args.quiet,
         core=args.core,
-        priors=curvature_priors(args),
+        priors=priors,
     )
     if res.folds.empty:
         reasons = (
@@ -179,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
 
     print("\nfitting all rows for in-sample checks …")
     full = fit(
-        table, model=args.model, sampler_config=cfg, priors=curvature_priors(args),
+        table, model=args.model, sampler_config=cfg, priors=priors,
         progress=not args.quiet, core=args.core,
     )  # fmt: skip
     checks = in_sample_checks(full)

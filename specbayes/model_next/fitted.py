@@ -303,11 +303,12 @@ class NextFit:
         dense = (rows["k"] == 0).to_numpy()
         out[:, dense, 2] = out[:, dense, 5] = 0.0
         data = {c: (("sample", "row"), out[..., j]) for j, c in enumerate(COEFS)}
-        if "knee_tokens" in self._post():  # the group's knee of the batch curvature
+        knee = self._post().get("knee_tokens")  # the group's knee of the batch curvature
+        if knee is not None:
             group = pd.Index(d.coords["group"]).get_indexer(
                 rows["verifier"] + "|" + rows["hardware"]
             )
-            data["knee_tokens"] = (("sample", "row"), self._post()["knee_tokens"].values[:, group])
+            data["knee_tokens"] = (("sample", "row"), knee.values[:, group])
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
 
     def _unit_coefficients(self, unit: int, row: pd.Series) -> np.ndarray:
