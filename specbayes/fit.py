@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +288,7 @@ def fit(
     priors: dict | None = None,
     progress: bool = True,
     core: str | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> Fit:
     """Fit a latency model to sweep data.
 
@@ -309,6 +311,10 @@ def fit(
         :class:`specbayes.model_next.fitted.NextFit`. ``moe`` has no level on that core yet:
         it runs on the old core (this module's :class:`Fit`) and must say so,
         ``core="legacy"`` (CLI: ``--core legacy``). See :func:`resolve_core`.
+    metrics : sequence of str, optional
+        Per-point metrics to model beside the mean latency on the default core
+        (:mod:`specbayes.model_next.metrics`; e.g. ``("ttft_p99", "itl_p50")``): what
+        ``fit.metric`` and the SLO planner (``plan.capacity(..., slo=)``) answer for.
 
     Returns
     -------
@@ -322,7 +328,9 @@ def fit(
         unknown model or sampler, a core the level does not run on.
     """
     if resolve_core(model, core) == "next":
-        return _fit_next(sweeps, model, sampler_config, priors, progress)
+        return _fit_next(sweeps, model, sampler_config, priors, progress, metrics)
+    if metrics:
+        raise ValueError("metrics: the per-point metric models are on the default core only")
     return _fit_legacy(sweeps, model, sampler_config, priors, progress)
 
 
@@ -413,7 +421,9 @@ def _fit_legacy(
     return f
 
 
-def _fit_next(sweeps, model: str, sampler_config: dict | None, priors, progress: bool):
+def _fit_next(
+    sweeps, model: str, sampler_config: dict | None, priors, progress: bool, metrics=None
+):
     """:func:`specbayes.model_next.fitted.fit_next` behind :func:`fit`'s signature."""
     from specbayes.model_next.fitted import fit_next
 
@@ -421,7 +431,13 @@ def _fit_next(sweeps, model: str, sampler_config: dict | None, priors, progress:
     seed = options.pop("seed", None)
     seed = SAMPLER_DEFAULTS["seed"] if seed is None else seed
     return fit_next(
-        sweeps, model, priors=priors, seed=int(seed), progress=progress, sampler_options=options
+        sweeps,
+        model,
+        priors=priors,
+        seed=int(seed),
+        progress=progress,
+        sampler_options=options,
+        metrics=metrics,
     )
 
 

@@ -30,6 +30,7 @@ import pandas as pd
 
 from specbayes import laws
 from specbayes.intervals import INTERVAL_PROB, summarize
+from specbayes.slo import MEAN_LATENCY, check_slo, slo_loads
 
 __all__ = [
     "Arm",
@@ -534,8 +535,16 @@ def _measured_load(fit: Any, arm: Arm, ks: Iterable[int], load: str, how: str) -
     return np.array([top.get(int(k), np.nan) for k in ks], dtype=float)
 
 
-def _below_zero_load(arm: Arm, ks: np.ndarray, c1: np.ndarray, slo: float, prob: float, closed):
-    """The one-line error of an SLO no load meets: zero-load latencies of the arm's k."""
+def _below_zero_load(arm: Arm, ks: np.ndarray, c1: np.ndarray, slo: dict, prob: float, closed):
+    """The one-line error of SLOs no load meets: zero-load latencies of the arm's k."""
+    if set(slo) != {MEAN_LATENCY}:
+        given = ", ".join(f"{name} {y:g} s" for name, y in slo.items())
+        return ValueError(
+            f"SLO {given}: no load meets all of them with probability {prob:g} for "
+            f"{arm.label()} at any k in {list(ks)} — even an idle server misses one; relax "
+            "the tightest (plan.capacity with one SLO at a time shows which)"
+        )
+    slo = slo[MEAN_LATENCY]
     zl = summarize(c1, prob=prob)
     best = int(np.argmin(zl["median"]))
     # the arm's own k first (the one asked about), then the fastest candidate if another
@@ -596,13 +605,22 @@ def measured_stream_range(fit: Any, arm: Arm) -> tuple[float, float]:
 def capacity(
     fit: Any,
     arm: Arm,
-    slo_latency: float,
+    slo_latency: float | None = None,
     *,
+    slo: dict[str, float] | None = None,
     prob: float = 0.9,
     ks: Iterable[int] = DEFAULT_KS,
     closed_loop: bool = False,
 ) -> pd.DataFrame:
-    r"""Highest load whose mean latency stays under an SLO with probability ``prob``.
+    r"""Highest load whose mean latency — or every SLO in ``slo`` — is met with probability
+    ``prob``.
+
+    ``slo`` maps statistics to seconds: ``"latency"`` (the mean, the same as
+    ``slo_latency``) and any metric the fit models (``{"ttft_p99": 2.0, "itl_p99": 0.05,
+    "latency_p95": 20}``; :mod:`specbayes.slo`). Per draw each SLO holds up to its own load
+    and all of them up to the smallest, so the capacity is the :math:`(1-p)` quantile of
+    that minimum, as below for the mean alone; ``binding`` names the SLO with the smallest
+    median load.
 
     Open loop, the request rate: :math:`L(\lambda)` rises with λ, so per draw
     :math:`L(\lambda) \le \mathrm{SLO}` exactly when :math:`\lambda \le
@@ -633,17 +651,16 @@ def capacity(
     Raises
     ------
     ValueError
-        If the SLO is not positive, ``prob`` is not in (0, 1), or the SLO lies below the
-        zero-load latency of every candidate with probability ``prob`` (no load meets it).
+        If an SLO is not positive or names a metric the fit does not model, ``prob`` is not
+        in (0, 1), or no load meets the SLOs with probability ``prob`` for any candidate.
     """
-    if not slo_latency > 0:
-        raise ValueError("the latency SLO must be > 0 seconds")
+    slo = _slo(fit, slo_latency, slo)
     if not 0 < prob < 1:
         raise ValueError("prob must lie in (0, 1)")
     ks = _check_ks(ks)
     c1, c2, c3 = effective_cost_draws(fit, arm, k=ks)
-    inverse = laws.concurrency_at_latency if closed_loop else laws.rps_at_latency
-    load = inverse(slo_latency, c1, c2, c3)
+    loads = slo_loads(fit, arm, ks, slo, (c1, c2, c3), closed_loop)
+    load = np.minimum.reduce(list(loads.values()))
     cap = np.quantile(load, 1.0 - prob, axis=0, method="inverted_cdf")
     median = np.quantile(load, 0.5, axis=0, method="inverted_cdf")
     if closed_loop:
@@ -654,10 +671,14 @@ def capacity(
             "k": ks,
             f"capacity_{unit}": cap,
             f"median_{unit}": median,
-            "p_slo_feasible": np.mean(c1 < slo_latency, axis=0),
+            "p_slo_feasible": np.mean(load > 0, axis=0),
             "zero_load_latency_median": np.median(c1, axis=0),
         }
     )
+    if len(slo) > 1:
+        names = list(loads)
+        medians = np.stack([np.median(loads[n], axis=0) for n in names])
+        out["binding"] = [names[i] for i in np.argmin(medians, axis=0)]
     if closed_loop:
         with np.errstate(all="ignore"):
             tput = cap / laws.closed_loop_latency(cap, c1, c2, c3)
@@ -666,9 +687,21 @@ def capacity(
     out[f"max_measured_{measured}"] = measured_max_rps(fit, arm, ks, load=measured)
     out["extrapolated"] = ~(out[f"capacity_{unit}"] <= out[f"max_measured_{measured}"])
     if not np.any(cap > 0):
-        raise _below_zero_load(arm, ks, c1, slo_latency, prob, closed_loop)
-    out.attrs.update(arm=arm.label(), slo=slo_latency, prob=prob, closed_loop=closed_loop)
+        raise _below_zero_load(arm, ks, c1, slo, prob, closed_loop)
+    out.attrs.update(arm=arm.label(), slo=slo, prob=prob, closed_loop=closed_loop)
     return out
+
+
+def _slo(fit: Any, slo_latency: float | None, slo: dict | None) -> dict[str, float]:
+    """One SLO dict from ``slo_latency`` (the mean) and ``slo``, checked against the fit."""
+    if slo_latency is None and not slo:
+        raise ValueError("give an SLO: slo_latency (mean, seconds) or slo={metric: seconds}")
+    both = dict(slo or {})
+    if slo_latency is not None:
+        if MEAN_LATENCY in both and both[MEAN_LATENCY] != slo_latency:
+            raise ValueError("slo_latency and slo['latency'] disagree: give the mean once")
+        both[MEAN_LATENCY] = slo_latency
+    return check_slo(fit, both)
 
 
 def replicas(
@@ -680,8 +713,10 @@ def replicas(
     prob: float = 0.9,
     ks: Iterable[int] = DEFAULT_KS,
     total_streams: float | None = None,
+    slo: dict[str, float] | None = None,
 ) -> pd.DataFrame:
-    r"""Identical servers needed to carry a total load under the SLO with probability ``prob``.
+    r"""Identical servers needed to carry a total load under the SLO with probability ``prob``
+    (the mean latency ``slo_latency``, or every SLO in ``slo``, as in :func:`capacity`).
 
     Give exactly one total. Open loop, ``total_rps`` (req/s): with load spread evenly over n
     servers each sees :math:`\lambda/n`, so the smallest n is :math:`\lceil \lambda /
@@ -697,13 +732,15 @@ def replicas(
             "give exactly one of total_rps (open loop, req/s) or total_streams (closed loop, "
             "streams in flight)"
         )
-    if slo_latency is None:
-        raise ValueError("replicas are sized under a latency SLO: give slo_latency (seconds)")
+    if slo_latency is None and not slo:
+        raise ValueError(
+            "replicas are sized under an SLO: give slo_latency (seconds) or slo={metric: seconds}"
+        )
     closed = total_streams is not None
     total = float(total_streams if closed else total_rps)
     if not (np.isfinite(total) and total > 0):
         raise ValueError(f"{'total_streams' if closed else 'total_rps'} must be finite and > 0")
-    cap = capacity(fit, arm, slo_latency, prob=prob, ks=ks, closed_loop=closed)
+    cap = capacity(fit, arm, slo_latency, slo=slo, prob=prob, ks=ks, closed_loop=closed)
     per = cap["capacity_streams" if closed else "capacity_rps"]
     with np.errstate(divide="ignore"):
         n = np.where(per > 0, np.ceil(total / np.where(per > 0, per, 1)), np.inf)

@@ -22,6 +22,7 @@ __all__ = [
     "positive_int",
     "positive_int_list",
     "probability",
+    "slo_spec",
     "tokens",
 ]
 
@@ -56,6 +57,19 @@ nonneg_int = _checked(int, lambda v: v >= 0, "must be an integer >= 0")
 probability = _checked(float, lambda v: 0 < v < 1, "must lie strictly between 0 and 1")
 acceptance = _checked(float, lambda v: 0 < v <= 1, "must lie in (0, 1] (per-token acceptance)")
 tokens = _checked(float, lambda v: v >= 1, "must be >= 1 token")
+
+
+def slo_spec(text: str) -> dict[str, float]:
+    """``--slo SECONDS`` (mean latency) or ``--slo NAME=SECONDS,...`` (:mod:`specbayes.slo`)."""
+    from specbayes.slo import parse_slo
+
+    try:
+        return parse_slo(text)
+    except ValueError as exc:
+        message = str(exc).removeprefix(f"--slo {text.strip()!r}: ")
+        raise argparse.ArgumentTypeError(message) from None
+
+
 acceptance_length = _checked(
     float, lambda v: v > 1, "must be > 1 (tokens committed per SD cycle, 1 + accepted / drafts)"
 )

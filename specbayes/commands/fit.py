@@ -91,8 +91,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "widen. Real servers bend; the bundled simulator does not. Off by default "
         "(benchmarks/load_extrapolation.md)",
     )
+    p.add_argument(
+        "--metrics",
+        type=metric_list,
+        default=None,
+        metavar="NAMES",
+        help="comma-separated per-point metrics to model beside the mean latency, sharing its "
+        "costs and batch: ttft, itl and latency percentiles as the data carry them (e.g. "
+        "ttft_p99,itl_p50,latency_p95); what `specbayes plan --slo` needs",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
+
+
+def metric_list(text: str) -> tuple[str, ...]:
+    """``--metrics a,b``: the names, checked against the metric model's columns."""
+    from specbayes.model_next.metrics import check_metrics
+
+    try:
+        return check_metrics([t.strip() for t in text.split(",") if t.strip()])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def format_summary(summary: dict) -> str:
@@ -329,6 +348,7 @@ def run(args: argparse.Namespace) -> int:
                 priors=curvature_priors(args),
                 progress=not args.quiet,
                 core=args.core,
+                metrics=args.metrics,
             )
         except ValueError as exc:
             text = str(exc)  # the data cannot be fitted at this level: name the file

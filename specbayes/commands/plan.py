@@ -18,6 +18,7 @@ from specbayes.commands import (
     positive_int,
     positive_int_list,
     probability,
+    slo_spec,
     tokens,
 )
 
@@ -75,7 +76,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "median_streams": "median (streams)",
         "throughput_rps": "throughput there (req/s)",
         "zero_load_latency_median": "zero-load latency (s)",
-        "p_slo_feasible": "P(zero-load < SLO)",
+        "p_slo_feasible": "P(SLO met at ~0 load)",
+        "binding": "binding SLO",
         "max_measured_rps": "highest measured (req/s)",
         "max_measured_concurrency": "highest measured (streams)",
         "extrapolated": "extrapolated",
@@ -150,8 +152,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--alphas", type=acceptance_list, help="alpha grid of the k-table")
     p.add_argument("--ks", type=int_list, default=list(range(0, 11)), help="candidate k (0=dense)")
-    p.add_argument("--slo", type=positive_float, help="mean-latency SLO in seconds")
-    p.add_argument("--prob", type=probability, default=0.9, help="P the SLO must be met")
+    p.add_argument(
+        "--slo",
+        type=slo_spec,
+        metavar="SECONDS|NAME=SECONDS,...",
+        help="SLOs the capacity must meet: a mean-latency SLO in seconds, or statistics the fit "
+        "models (`specbayes fit --metrics`), e.g. ttft_p99=2,itl_p99=0.05 (latency = the mean)",
+    )
+    p.add_argument("--prob", type=probability, default=0.9, help="P all SLOs must be met")
     p.add_argument(
         "--total-rps",
         type=positive_float,
@@ -301,8 +309,8 @@ def _tables(fit, arm, args, closed: bool = False) -> dict:
     tables["k_table"] = plan.optimal_k(fit, k_arm, alphas, ks=args.ks, **load)
     if args.slo is not None:
         ks = sorted({*args.ks, arm.k})  # the arm's own k is always answered about
-        cap = dict(prob=args.prob, ks=ks)
-        tables["capacity"] = plan.capacity(fit, arm, args.slo, closed_loop=closed, **cap)
+        cap = dict(prob=args.prob, ks=ks, slo=args.slo)
+        tables["capacity"] = plan.capacity(fit, arm, closed_loop=closed, **cap)
         if closed and args.total_streams is not None:
             total = dict(total_streams=args.total_streams)
         elif not closed and args.total_rps is not None:
@@ -310,7 +318,7 @@ def _tables(fit, arm, args, closed: bool = False) -> dict:
         else:
             total = None
         if total is not None:
-            tables["replicas"] = plan.replicas(fit, arm, slo_latency=args.slo, **total, **cap)
+            tables["replicas"] = plan.replicas(fit, arm, **total, **cap)
     return tables
 
 
@@ -363,8 +371,8 @@ def run_plan(args: argparse.Namespace) -> int:
     for flag in ("total_rps", "total_streams"):
         if getattr(args, flag) is not None and args.slo is None:
             raise ValueError(
-                f"--{flag.replace('_', '-')}: replicas are sized under a latency SLO — give "
-                "--slo SECONDS too"
+                f"--{flag.replace('_', '-')}: replicas are sized under an SLO — give "
+                "--slo SECONDS (or NAME=SECONDS,...) too"
             )
     if args.rps is not None and args.concurrency is not None:
         raise ValueError(
@@ -405,8 +413,9 @@ def run_plan(args: argparse.Namespace) -> int:
     cap_col = "capacity_streams" if closed else "capacity_rps"
     if cap is not None and not cap.loc[cap.k == arm.k, cap_col].gt(0).any():
         row = cap[cap.k == arm.k].iloc[0]
+        given = ", ".join(f"{name} {y:g} s" for name, y in args.slo.items())
         print(
-            f"note: k = {arm.k} meets the SLO {args.slo:g} s at no load with probability "
+            f"note: k = {arm.k} does not meet the SLO ({given}) at any load with probability "
             f"{args.prob:g} (its zero-load latency is {row.zero_load_latency_median:.3g} s, "
             "median) — the other rows answer for other k"
         )

@@ -28,6 +28,7 @@ draw, so saturation of new loads is a probability over draws.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,15 @@ from specbayes.model_next.design import Design, build_design, configuration_key
 from specbayes.model_next.graph import _unit_workload, build_model
 from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
 from specbayes.model_next.likelihood import log_density, log_mean_latency, log_row_scale
+from specbayes.model_next.metrics import (
+    check_metrics,
+    log_batch,
+    log_metric_mean,
+    log_unit,
+    share_draws,
+    stored_groups,
+    student_noise,
+)
 from specbayes.model_next.priors import COEFS, merge_priors
 from specbayes.model_next.sampling import SAMPLER_CONFIG, check_options, health, sample
 
@@ -61,6 +71,7 @@ def fit_next(
     progress: bool = False,
     structure: str | None = None,
     sampler_options: dict | None = None,
+    metrics: tuple[str, ...] | None = None,
 ) -> NextFit:
     """Fit the next model core to sweep rows with the one default sampler configuration.
 
@@ -80,18 +91,24 @@ def fit_next(
     sampler_options : dict, optional
         :data:`~specbayes.model_next.sampling.SAMPLER_OPTIONS` over the one default
         configuration: fewer draws for a quick look, ``cores``, or ``sampler="numpyro"``.
+    metrics : tuple of str, optional
+        Per-point metrics to model with the latency (:mod:`specbayes.model_next.metrics`:
+        ``ttft_p99``, ``itl_p50``, ``latency_p95``, ...): what :meth:`NextFit.metric` and
+        the SLO planner answer for.
     """
     options = check_options(sampler_options)
+    metrics = check_metrics(metrics)
     t0 = time.perf_counter()
     table = prepare_table(sweeps, level)
     design = build_design(table, level, structure)
-    model = build_model(design, priors)
+    model = build_model(design, priors, metrics)
     t1 = time.perf_counter()
     idata, timing = sample(model, seed, progress=progress, **options)
     config = {
         "level": level,
         "structure": design.structure,
         "priors": _jsonable_priors(priors or {}),
+        "metrics": list(metrics),
         "sampler_config": {**SAMPLER_CONFIG, "sampler": "nutpie", **options, "seed": seed},
         "build_s": t1 - t0,
         **timing,
@@ -173,8 +190,13 @@ class NextFit:
     def model(self):
         """The ``pm.Model`` (rebuilt from code after loading)."""
         if self._model is None:
-            self._model = build_model(self.design, self.config.get("priors") or None)
+            self._model = build_model(self.design, self.config.get("priors") or None, self.metrics)
         return self._model
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """The per-point metrics modelled beside the latency (``fit(..., metrics=)``)."""
+        return tuple(self.config.get("metrics") or ())
 
     @property
     def seed(self) -> int:
@@ -469,11 +491,9 @@ class NextFit:
             z2[:, cols] = draw[:, None]
         return tau[:, :1] * z1, tau[:, 1:] * z2
 
-    def _log_mu(
-        self, rows: pd.DataFrame, measured: bool, seed: int | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(sample, row) expected log latency :math:`\\mu` (``inf`` past the wall) and the
-        rows' noise scale :math:`\\sigma (1 - x)^{-\\gamma}`."""
+    def _row_state(self, rows: pd.DataFrame, measured: bool, seed: int | None) -> dict:
+        """Per row: ``rows`` (completed), ``log_c1``, ``log_c2``, ``mu`` (sample, row; ``mu``
+        ``inf`` past the wall), ``load`` and ``closed``."""
         rows = self._rows(rows)
         log_c1, log_c2, c3 = self._row_costs(rows, measured, seed)
         closed = rows["concurrency"].notna().to_numpy()
@@ -483,7 +503,15 @@ class NextFit:
         with np.errstate(all="ignore"):
             mu = log_mean_latency(log_c1, log_c2, load, closed, c3)
         mu = np.where(np.isnan(mu), np.inf, mu)  # past the wall: unbounded
-        return mu, self._row_sigma(mu, log_c1)
+        return dict(rows=rows, log_c1=log_c1, log_c2=log_c2, mu=mu, load=load, closed=closed)
+
+    def _log_mu(
+        self, rows: pd.DataFrame, measured: bool, seed: int | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(sample, row) expected log latency :math:`\\mu` (``inf`` past the wall) and the
+        rows' noise scale :math:`\\sigma (1 - x)^{-\\gamma}`."""
+        st = self._row_state(rows, measured, seed)
+        return st["mu"], self._row_sigma(st["mu"], st["log_c1"])
 
     def _row_sigma(self, mu: np.ndarray, log_c1: np.ndarray) -> np.ndarray:
         post = self._post()
@@ -521,6 +549,69 @@ class NextFit:
         with np.errstate(all="ignore"):
             ll = log_density(y[None, :], mu, sigma)
         return xr.DataArray(np.where(np.isfinite(mu), ll, -np.inf), dims=("sample", "row"))
+
+    def metric(
+        self,
+        rows: pd.DataFrame,
+        name: str,
+        *,
+        predictive: bool = False,
+        measured: bool = False,
+        seed: int | None = None,
+    ) -> xr.DataArray:
+        """Draws of a modelled per-point metric (s) per row, dims (sample, row).
+
+        The expected statistic :math:`m_i` (:mod:`specbayes.model_next.metrics`), or with
+        ``predictive=True`` a measurement of it (its Student-t noise); ``inf`` past the wall.
+
+        Raises
+        ------
+        ValueError
+            ``name`` was not fitted (the message names the fitted metrics).
+        """
+        if name not in self.metrics:
+            raise ValueError(
+                f"{name!r} is not modelled by this fit (metrics: {list(self.metrics) or 'none'})"
+                f" — refit with `specbayes fit DATA --metrics {name}` (or fit(..., metrics=))"
+            )
+        st = self._row_state(rows, measured, seed)
+        rows, post = st["rows"], self._post()
+        rng = np.random.default_rng([self.seed if seed is None else seed, 17])
+        shares = self.metric_shares(rows, name, seed)
+        with np.errstate(all="ignore"):
+            batch = log_batch(st["mu"], st["load"], st["closed"])
+            loc = log_metric_mean(
+                st["log_c1"], st["log_c2"], batch, shares[:, 0], shares[:, 1],
+                log_unit(name, rows["decode"]),
+            )  # fmt: skip
+            if predictive:
+                sigma = post["metric_sigma"].values[:, self.metrics.index(name), None]
+                nu = merge_priors(self.config.get("priors"))["metric_nu"]
+                loc = loc + student_noise(sigma, nu, loc.shape, rng)
+            out = np.exp(loc)
+        return xr.DataArray(np.where(np.isfinite(st["mu"]), out, np.inf), dims=("sample", "row"))
+
+    def metric_shares(self, rows: pd.DataFrame, name: str, seed: int | None = None):
+        """(sample, term, row) draws of the log shares :math:`\\log\\rho_a, \\log\\rho_b`
+        of metric ``name`` (:mod:`specbayes.model_next.metrics`).
+
+        A row of a fitted configuration takes its sweep's; one of a fitted (workload,
+        drafter, k) at another alpha, the sweep with the nearest alpha (the shares scale
+        costs that already carry alpha); any other, its arm's level (dense or SD) plus a
+        fresh deviation, one per configuration."""
+        rows = self._rows(rows)
+        d = self.design
+        sweep_of = pd.Index(d.coords["sweep"]).get_indexer(rows["_config"])
+        strip = r"\|alpha=[^|]*$"
+        fitted = pd.Series(d.coords["sweep"]).str.replace(strip, "", regex=True)
+        for i in np.flatnonzero(sweep_of < 0):
+            same = np.flatnonzero(fitted == re.sub(strip, "", rows.at[i, "_config"]))
+            if len(same):
+                gap = np.abs(np.nan_to_num(d.alpha[same] - rows.at[i, "alpha"], nan=0.0))
+                sweep_of[i] = same[np.argmin(gap)]
+        rng = np.random.default_rng([self.seed if seed is None else seed, 19])
+        arm = (rows["k"] > 0).to_numpy(int)
+        return share_draws(self._post(), self.metrics, name, sweep_of, arm, rows["_config"], rng)
 
     def alpha_draws(
         self, verifier: str, drafter: str, cell: str, hardware: str | None = None
@@ -627,6 +718,16 @@ class NextFit:
             "constant_data": _frame_to_dataset(d.data.drop(columns=["_config"]), "obs"),
             "excluded_data": _frame_to_dataset(self.excluded, "excluded_row"),
         }
+        if self.metrics:  # the metrics' own density (metrics.metric_likelihood)
+            nu = merge_priors(self.config.get("priors"))["metric_nu"]
+            g = stored_groups(d, self.metrics, post, nu, rng)
+            mdims, mcoords = ("chain", "draw", "metric_obs"), {"metric_obs": g["table"].index}
+            for group, values in (("log_likelihood", g["log_likelihood"]),
+                                  ("posterior_predictive", g["posterior_predictive"])):  # fmt: skip
+                groups[group]["log_metric"] = xr.DataArray(values, dims=mdims, coords=mcoords)
+            groups["observed_data"]["log_metric"] = xr.DataArray(
+                g["observed"], dims="metric_obs", coords=mcoords
+            )
         attrs = {
             "model": self.model_name,
             "model_id": MODEL_ID,
@@ -670,7 +771,8 @@ class NextFit:
 _ANSWER_VARIABLES = (
     "log_c1", "log_c2", "log_coef", "log_coef_draft", "unit_coef", "coefficients", "coef_mu",
     "coef_mu_draft", "trend", "cell_sd", "tau", "noise_growth", "sigma", "alpha",
-    "tokens_per_cycle", "c3", "knee_tokens",
+    "tokens_per_cycle", "c3", "knee_tokens", "metric_log_share", "metric_share_mu",
+    "metric_tau", "metric_sigma",
 )  # fmt: skip
 
 

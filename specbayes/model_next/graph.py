@@ -42,11 +42,12 @@ from specbayes.model_next.likelihood import (
     log_mean_latency,
     log_row_scale,
 )
+from specbayes.model_next.metrics import check_metrics, metric_likelihood
 from specbayes.model_next.priors import group_level_prior, merge_priors
 from specbayes.model_next.truncated import TruncatedNormal
 
 
-def build_model(design: Design, priors: dict | None = None) -> pm.Model:
+def build_model(design: Design, priors: dict | None = None, metrics: tuple = ()) -> pm.Model:
     r"""The generative model of a dataset (every free variable has a proper prior).
 
     Parameters
@@ -55,6 +56,9 @@ def build_model(design: Design, priors: dict | None = None) -> pm.Model:
         From :func:`specbayes.model_next.design.build_design`.
     priors : dict, optional
         Overrides of :data:`specbayes.model_next.priors.DEFAULT_PRIORS`.
+    metrics : tuple of str
+        Per-point metrics to model beside the mean latency, sharing its costs and batch
+        (:mod:`specbayes.model_next.metrics`): observed ``log_metric`` (dims ``metric_obs``).
 
     Returns
     -------
@@ -100,6 +104,8 @@ def build_model(design: Design, priors: dict | None = None) -> pm.Model:
             observed=design.log_latency,
             dims="obs",
         )
+        if metrics:
+            metric_likelihood(design, pr, check_metrics(metrics), log_c1, log_c2, mu)
     return model
 
 

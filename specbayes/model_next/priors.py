@@ -100,6 +100,15 @@ Both
         the default: it makes the predictions beyond the measured loads honest for the real
         server and too pessimistic for the simulated ones, and over both it does not improve
         ``benchmarks/load_extrapolation.md`` (issue 43).
+    ``metric_share``, ``metric_share_sigma``
+        Per metric family, the Normal prior (location, this log sd) of the dense and the SD
+        level of :math:`\log\rho_a, \log\rho_b`, the metric's shares of :math:`C_1` and of
+        :math:`C_2 B` (:mod:`specbayes.model_next.metrics`): about 1 for a latency percentile
+        and for ITL times its :math:`g - 1` tokens; TTFT's prefill and queue a few % of them.
+    ``metric_tau``
+        HalfNormal scale of a sweep's :math:`\log\rho` around its level.
+    ``metric_noise``, ``metric_nu``
+        HalfNormal scale and degrees of freedom of the Student-t noise of a log metric.
     ``wall_softness``
         With curvature an open-loop row's law has a finite latency at its wall and none past
         it: the graph continues it by a smooth plateau within this distance of the wall
@@ -167,6 +176,16 @@ DEFAULT_PRIORS: dict[str, dict] = {
     # batch curvature: inverse knee (roofline ridges) of each (verifier, hardware); None = off
     "inverse_knee": None,
     "wall_softness": 0.01,
+    # per-point metrics beside the mean latency (issue 45; specbayes.model_next.metrics)
+    "metric_share": {
+        "latency": {"a": 0.0, "b": 0.0},
+        "ttft": {"a": float(np.log(0.02)), "b": float(np.log(0.05))},
+        "itl": {"a": 0.0, "b": 0.0},
+    },
+    "metric_share_sigma": 2.0,
+    "metric_tau": 0.5,
+    "metric_noise": 0.3,
+    "metric_nu": 4.0,
     # parametrisation (a transform of the same model, not a different one)
     "centred_cells": True,
     "centred_sweeps": {"C1": False, "C2": False},

@@ -1,0 +1,230 @@
+r"""Per-point serving metrics beside the mean latency: TTFT, ITL and latency percentiles.
+
+Every request's times are sums of engine steps, and a step's cost is linear in the running
+batch — the same mechanism as the latency law :math:`L = C_1 + B C_2` (Kong et al. 2026,
+§3; docs/model.md §8). So each reported statistic of a metric at a load point — the mean or
+a percentile of TTFT, of the time per output token after the first (ITL), of the end-to-end
+latency — is modelled as the same two costs rescaled:
+
+.. math::
+
+    m_i = \frac{1}{s_i}\big(\rho_{a,s}\, C_{1,s} + \rho_{b,s}\, C_{2,s}\, B_i\big),
+    \qquad B_i = \lambda_i L_i \ \text{(open loop)}, \quad B_i = N_i \ \text{(closed)}
+
+with :math:`C_{1,s}, C_{2,s}` the sweep's own costs and :math:`L_i` the law's mean latency
+of the row (so the metric rises toward the same wall), :math:`s_i` the metric's unit
+(:math:`g - 1` output tokens for ITL, 1 for per-request times) and :math:`\rho_{a,s},
+\rho_{b,s} > 0` the metric's shares of the zero-load and the load-dependent cost:
+for TTFT the prefill and the queue for a batch slot (small :math:`\rho_a`, a
+:math:`\rho_b` that grows with the percentile), for ITL the decode step (about 1, higher for
+its tail and burstier under SD: a verify pass emits :math:`E` tokens at once), for a latency
+percentile about 1 at p50 and a tail factor that grows with utilisation where
+:math:`\rho_b > \rho_a`. The shares are partially pooled over sweeps per metric, with a level
+for dense and one for SD sweeps:
+
+.. math::
+
+    \log\rho_{j,s} = \mu_{j,\mathrm{arm}(s)} + \tau_j z_{j,s}, \quad z \sim \mathcal N(0, 1)
+
+and the observed statistic is Student-t on the log scale around :math:`\log m_i` (a
+percentile from a few hundred requests has outliers a Normal would chase: the real B200 p99
+TTFT jumps 15× at a few streams, ``data/real/README.md``). What the data do not carry is not
+modelled: a fit learns only the metrics it is given (``metrics=``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specbayes.data import PERCENTILE_LEVELS
+
+#: The statistics a fit can model, by family (column prefix): per-request times and per
+#: output token (ITL: GuideLLM's ITL, vLLM/SGLang's TPOT).
+FAMILIES: dict[str, str] = {"latency": "request", "ttft": "request", "itl": "token"}
+
+#: Every column name the metric model accepts (``latency`` itself is the law's).
+METRIC_COLUMNS: tuple[str, ...] = tuple(
+    name
+    for family in FAMILIES
+    for name in ((family,) if family != "latency" else ())
+    + tuple(f"{family}_p{q}" for q in PERCENTILE_LEVELS)
+)
+
+TERMS = ("a", "b")
+ARMS = ("dense", "sd")
+
+
+def family(name: str) -> str:
+    """The family of a metric column (``"ttft_p99"`` → ``"ttft"``)."""
+    return name.split("_p")[0]
+
+
+def check_metrics(metrics: Any) -> tuple[str, ...]:
+    """The metric names a fit is asked for, checked.
+
+    Raises
+    ------
+    ValueError
+        A name that is not one of :data:`METRIC_COLUMNS` (the message lists them).
+    """
+    if metrics is None:
+        return ()
+    names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    bad = [m for m in names if m not in METRIC_COLUMNS]
+    if bad:
+        raise ValueError(
+            f"unknown metric(s) {bad}: the metric model covers {list(METRIC_COLUMNS)} "
+            "(the mean latency is the law's own)"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def log_unit(name: str, decode: Any) -> Any:
+    r"""Log of the metric's unit :math:`s`: :math:`\log(g - 1)` per output token after the
+    first (ITL), 0 per request."""
+    if FAMILIES[family(name)] == "token":
+        return np.log(np.maximum(np.asarray(decode, float) - 1.0, 1.0))
+    return np.zeros_like(np.asarray(decode, float))
+
+
+def log_metric_mean(log_c1, log_c2, log_batch, log_rho_a, log_rho_b, log_s, xp=np):
+    r""":math:`\log m = \log(\rho_a C_1 + \rho_b C_2 B) - \log s`, stably (log-sum-exp);
+    ``xp`` is NumPy or ``pytensor.tensor`` — the one formula for the graph and prediction."""
+    return xp.logaddexp(log_rho_a + log_c1, log_rho_b + log_c2 + log_batch) - log_s
+
+
+def log_batch(mu: Any, load: Any, closed: Any, xp=np) -> Any:
+    r"""Log running batch of each row: :math:`\log N` closed loop, :math:`\log\lambda + \mu`
+    open loop (Little's law with the law's mean latency :math:`e^\mu`)."""
+    return xp.log(load) + xp.where(closed, 0.0, mu)
+
+
+def long_table(data: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
+    """One row per observed (metric, fitted row): ``metric`` (index into ``metrics``),
+    ``obs``, ``log_y`` (the statistic, log) and ``log_s`` (its unit, :func:`log_unit`).
+    Rows without the column, or a per-token metric of a one-token output, carry none."""
+    parts = []
+    for j, name in enumerate(metrics):
+        if name not in data:
+            continue
+        y = data[name].to_numpy(float)
+        log_s = log_unit(name, data["decode"])
+        keep = np.isfinite(y) & (y > 0)
+        if FAMILIES[family(name)] == "token":
+            keep &= data["decode"].to_numpy(float) > 1.0
+        obs = np.flatnonzero(keep)
+        parts.append(
+            pd.DataFrame({"metric": j, "obs": obs, "log_y": np.log(y[obs]), "log_s": log_s[obs]})
+        )
+    if not parts:
+        return pd.DataFrame({"metric": [], "obs": [], "log_y": [], "log_s": []})
+    return pd.concat(parts, ignore_index=True)
+
+
+def prior_centres(metrics: tuple[str, ...], pr: dict) -> np.ndarray:
+    """(metric, term) prior locations of :math:`\\log\\rho` from ``pr["metric_share"]``."""
+    return np.array([[pr["metric_share"][family(m)][t] for t in TERMS] for m in metrics])
+
+
+def metric_likelihood(design, pr: dict, metrics: tuple[str, ...], log_c1, log_c2, mu) -> None:
+    r"""Add the metric shares and the observed ``log_metric`` to the model in context.
+
+    ``log_c1, log_c2`` per sweep and ``mu`` per row are the latency model's tensors: the
+    metrics share its costs and its batch."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    table = long_table(design.data, metrics)
+    missing = [m for j, m in enumerate(metrics) if not (table["metric"] == j).any()]
+    if missing:
+        raise ValueError(
+            f"no fitted row reports {missing}: fit only the metrics the data carry "
+            f"(columns present: {[m for m in METRIC_COLUMNS if m in design.data]})"
+        )
+    model = pm.modelcontext(None)
+    model.add_coord("metric_name", list(metrics))
+    model.add_coord("metric_term", list(TERMS))
+    model.add_coord("metric_arm", list(ARMS))
+    model.add_coord("metric_obs", np.arange(len(table)))
+    spread, arm = pr["metric_share_sigma"], (design.k > 0).astype(int)
+    centre = prior_centres(metrics, pr)[:, None, :] * np.ones((1, len(ARMS), 1))
+    share_mu = pm.Normal(
+        "metric_share_mu", centre, spread, dims=("metric_name", "metric_arm", "metric_term")
+    )
+    # one spread per metric over both shares: with a few sweeps per arm, a spread per share
+    # is a funnel (tau of TTFT's zero-load share: R-hat 1.03, bulk ESS 265 on data/real)
+    tau = pm.HalfNormal("metric_tau", pr["metric_tau"], dims="metric_name")
+    z = pm.Normal("metric_z", 0.0, 1.0, dims=("metric_name", "metric_term", "sweep"))
+    log_rho = pm.Deterministic(
+        "metric_log_share",
+        share_mu[:, arm, :].dimshuffle(0, 2, 1) + tau[:, None, None] * z,
+        dims=("metric_name", "metric_term", "sweep"),
+    )
+    m, obs = table["metric"].to_numpy(int), table["obs"].to_numpy(int)
+    s = design.obs_sweep[obs]
+    batch = log_batch(mu[obs], design.load[obs], design.obs_closed[obs], pt)
+    loc = log_metric_mean(
+        log_c1[s], log_c2[s], batch, log_rho[m, 0, s], log_rho[m, 1, s], table["log_s"].values, pt
+    )
+    sigma = pm.HalfNormal("metric_sigma", pr["metric_noise"], dims="metric_name")
+    pm.StudentT(
+        "log_metric",
+        nu=pr["metric_nu"],
+        mu=loc,
+        sigma=sigma[m],
+        observed=table["log_y"].to_numpy(float),
+        dims="metric_obs",
+    )
+
+
+def share_draws(post, metrics: tuple[str, ...], name: str, sweep_of, arm, configs, rng):
+    r"""(sample, term, row) draws of :math:`\log\rho_a, \log\rho_b` of metric ``name``.
+
+    A row of a fitted sweep (``sweep_of >= 0``) takes that sweep's shares; one of a
+    configuration the fit never saw takes its arm's level plus a fresh deviation, one per
+    configuration (``configs``) shared by its rows.
+
+    ``post`` is the stacked posterior (sample first); ``arm`` is 1 for SD rows."""
+    j = metrics.index(name)
+    n = post.sizes["sample"]
+    sweep_of, arm = np.asarray(sweep_of), np.asarray(arm, int)
+    out = np.empty((n, len(TERMS), len(sweep_of)))
+    seen = sweep_of >= 0
+    out[:, :, seen] = post["metric_log_share"].values[:, j][:, :, sweep_of[seen]]
+    if (~seen).any():
+        level = post["metric_share_mu"].values[:, j]  # (sample, arm, term)
+        tau = post["metric_tau"].values[:, j]
+        keys, idx = np.unique(np.asarray(configs)[~seen], return_inverse=True)
+        z = rng.standard_normal((n, len(TERMS), len(keys)))[:, :, idx]
+        out[:, :, ~seen] = level[:, arm[~seen], :].transpose(0, 2, 1) + tau[:, None, None] * z
+    return out
+
+
+def student_noise(sigma, nu: float, shape, rng):
+    """Draws of the metric's Student-t observation noise (log scale)."""
+    return sigma * rng.standard_t(nu, size=shape)
+
+
+def stored_groups(design, metrics: tuple[str, ...], post, nu: float, rng) -> dict:
+    """``log_metric``'s pointwise log likelihood and posterior predictive of the fitted rows,
+    (chain, draw, metric_obs), from the posterior's own shares and ``mu`` — the density the
+    sampler used (:func:`metric_likelihood`)."""
+    from scipy import stats
+
+    table = long_table(design.data, metrics)
+    m, obs = table["metric"].to_numpy(int), table["obs"].to_numpy(int)
+    s = design.obs_sweep[obs]
+    log_c1, log_c2 = post["log_c1"].values[..., s], post["log_c2"].values[..., s]
+    batch = log_batch(post["mu"].values[..., obs], design.load[obs], design.obs_closed[obs])
+    shares = post["metric_log_share"].values  # (chain, draw, metric, term, sweep)
+    loc = log_metric_mean(
+        log_c1, log_c2, batch, shares[..., m, 0, s], shares[..., m, 1, s], table["log_s"].values
+    )
+    sigma = post["metric_sigma"].values[..., m]
+    y = table["log_y"].to_numpy(float)
+    ll = stats.t.logpdf(y, nu, loc=loc, scale=sigma)
+    pp = loc + student_noise(sigma, nu, loc.shape, rng)
+    return {"log_likelihood": ll, "posterior_predictive": pp, "observed": y, "table": table}

@@ -1,0 +1,134 @@
+r"""Service-level objectives on several metrics: the load at which each is met, per draw.
+
+Serving teams set SLOs on tails and streaming metrics — p99 TTFT, p99 ITL, p95 end-to-end —
+as well as on the mean latency. An SLO names a statistic the fit models: ``"latency"`` (the
+mean, the paper's law) or a per-point metric fitted with it (``fit(..., metrics=)``,
+:mod:`specbayes.model_next.metrics`): ``ttft_p99``, ``itl_p99``, ``latency_p95``, ...
+
+Every statistic rises with the running batch :math:`B`, so per posterior draw an SLO
+:math:`m \le y` holds exactly up to a load: for a metric
+:math:`m = (\rho_a C_1 + \rho_b C_2 B)/s`,
+
+.. math::  B^* = \frac{y s - \rho_a C_1}{\rho_b C_2}
+
+(none when :math:`B^* \le 0`: not even an idle server meets it), which is :math:`N^*` streams
+in a closed loop and :math:`\lambda^* = B^*/L(B^*)` requests per second in an open one
+(Little's law, :math:`L(B) = C_1 + B C_2 + B^2 C_3` the law's mean latency at that batch).
+All SLOs hold up to the smallest of their loads: the capacity of :func:`specbayes.plan.capacity`
+is a quantile of that minimum over draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specbayes import laws
+
+#: The SLO key of the mean end-to-end latency (the law's own statistic).
+MEAN_LATENCY = "latency"
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """``"20"`` (a mean-latency SLO) or ``"ttft_p99=2,itl_p99=0.05"`` as ``{name: seconds}``.
+
+    Raises
+    ------
+    ValueError
+        A part that is not ``name=seconds``, a value that is not a positive number, or a
+        name given twice.
+    """
+    text = text.strip()
+    try:
+        return {MEAN_LATENCY: _seconds(MEAN_LATENCY, text)} if "=" not in text else _pairs(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"--slo {text!r}: {exc} — give SECONDS (mean latency) or NAME=SECONDS,... "
+            "(e.g. ttft_p99=2,itl_p99=0.05,latency_p95=20)"
+        ) from None
+
+
+def _pairs(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"{part!r} is not NAME=SECONDS")
+        name = name.strip()
+        if name in out:
+            raise ValueError(f"{name} given twice")
+        out[name] = _seconds(name, value)
+    if not out:
+        raise ValueError("no SLO given")
+    return out
+
+
+def _seconds(name: str, value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise ValueError(f"{name}: {value!r} is not a number of seconds") from None
+    if not (np.isfinite(x) and x > 0):
+        raise ValueError(f"{name}: {value!r} must be a finite, positive number of seconds")
+    return x
+
+
+def check_slo(fit: Any, slo: dict[str, float]) -> dict[str, float]:
+    """The SLO checked against what ``fit`` models (one line naming what is missing)."""
+    modelled = tuple(getattr(fit, "metrics", ()))
+    unknown = [name for name in slo if name != MEAN_LATENCY and name not in modelled]
+    if unknown:
+        raise ValueError(
+            f"SLO on {unknown}: this fit models the mean latency"
+            + (f" and {list(modelled)}" if modelled else " only")
+            + f" — refit with `specbayes fit DATA --metrics {','.join(unknown)}` (the data must "
+            "report them)"
+        )
+    for name, y in slo.items():
+        if not (np.isfinite(y) and y > 0):
+            raise ValueError(f"SLO {name}: {y!r} must be a positive number of seconds")
+    return dict(slo)
+
+
+def batch_at(fit: Any, arm, ks: np.ndarray, name: str, target: float, c1, c2) -> np.ndarray:
+    r"""(sample, k) running batch :math:`B^*` at which metric ``name`` reaches ``target``
+    (0 where no batch meets it, ``inf`` where a zero load-dependent share never reaches it)."""
+    from specbayes.model_next.metrics import log_unit
+
+    rows = pd.concat([replace(arm, k=int(k)).row() for k in ks], ignore_index=True)
+    shares = np.exp(fit.metric_shares(rows, name))  # (sample, term, k)
+    scale = np.exp(log_unit(name, [arm.decode]))[0]
+    with np.errstate(all="ignore"):
+        b = (target * scale - shares[:, 0] * c1) / (shares[:, 1] * c2)
+    return np.where(np.isnan(b), 0.0, np.maximum(b, 0.0))
+
+
+def load_at(batch, c1, c2, c3, closed_loop: bool) -> np.ndarray:
+    r"""Load at a running batch: :math:`N = B` streams, or :math:`\lambda = B / L(B)`."""
+    if closed_loop:
+        return batch
+    with np.errstate(all="ignore"):
+        lam = batch / laws.closed_loop_latency(batch, c1, c2, c3)
+        # past the batch an open loop can reach (inf without curvature, sqrt(C1/C3) with it)
+        # the SLO holds up to the wall
+        peak = np.sqrt(c1 / c3)
+    return np.where(batch < peak, lam, laws.saturation_rps(c1, c2, c3))
+
+
+def slo_loads(
+    fit: Any, arm, ks: np.ndarray, slo: dict[str, float], costs: tuple, closed_loop: bool
+) -> dict[str, np.ndarray]:
+    """Per SLO, (sample, k) draws of the highest load that meets it (rps, or streams)."""
+    c1, c2, c3 = costs
+    out = {}
+    for name, target in slo.items():
+        if name == MEAN_LATENCY:
+            inverse = laws.concurrency_at_latency if closed_loop else laws.rps_at_latency
+            out[name] = inverse(target, c1, c2, c3)
+        else:
+            batch = batch_at(fit, arm, ks, name, target, c1, c2)
+            out[name] = load_at(batch, c1, c2, c3, closed_loop)
+    return out

@@ -1,0 +1,136 @@
+"""The per-point metric model (``specbayes.model_next.metrics``), without sampling: names
+checked, the long table, the one formula in graph and NumPy, the prior predictive, and the
+shares of configurations a fit never saw."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+import xarray as xr
+
+from specbayes.model_next import build_design, build_model
+from specbayes.model_next.metrics import (
+    METRIC_COLUMNS,
+    check_metrics,
+    log_batch,
+    log_metric_mean,
+    long_table,
+    share_draws,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import small_sweeps  # noqa: E402
+
+METRICS = ("ttft_p50", "ttft_p99", "itl_p50")
+
+
+@pytest.fixture(scope="module")
+def real_case():
+    return small_sweeps.real_case("HumanEval", "dspark")
+
+
+def test_metric_names_checked():
+    assert check_metrics("ttft_p99") == ("ttft_p99",)
+    assert check_metrics(["ttft_p99", "itl", "ttft_p99"]) == ("ttft_p99", "itl")
+    assert "latency" not in METRIC_COLUMNS and "latency_p95" in METRIC_COLUMNS
+    with pytest.raises(ValueError, match=r"unknown metric.*tpot_p99"):
+        check_metrics(["tpot_p99"])
+
+
+def test_long_table_keeps_observed_rows_only():
+    data = pd.DataFrame(
+        {"ttft_p99": [0.1, np.nan, 0.3], "itl_p50": [0.01, 0.02, 0.03], "decode": [1, 5, 9]}
+    )
+    table = long_table(data, ("ttft_p99", "itl_p50"))
+    # ttft: rows 0 and 2; itl: not the one-token output of row 0
+    assert table[["metric", "obs"]].values.tolist() == [[0, 0], [0, 2], [1, 1], [1, 2]]
+    np.testing.assert_allclose(table["log_s"], [0, 0, np.log(4), np.log(8)])
+
+
+def test_formula_is_linear_in_the_batch():
+    c1, c2, n = 2.0, 0.05, np.array([1.0, 8.0, 64.0])
+    got = np.exp(
+        log_metric_mean(np.log(c1), np.log(c2), log_batch(0.0, n, True), np.log(0.1),
+                        np.log(0.4), np.log(3.0))
+    )  # fmt: skip
+    np.testing.assert_allclose(got, (0.1 * c1 + 0.4 * c2 * n) / 3.0)
+    # open loop: the batch is Little's law with the law's mean latency e^mu
+    mu = np.log(4.0)
+    np.testing.assert_allclose(log_batch(mu, 2.0, False), np.log(8.0))
+
+
+def test_model_with_metrics_has_their_likelihood_and_prior_predictive(real_case):
+    design = build_design(real_case.table)
+    model = build_model(design, metrics=METRICS)
+    assert {v.name for v in model.observed_RVs} == {"log_latency", "log_metric"}
+    assert model.named_vars_to_dims["metric_log_share"] == ("metric_name", "metric_term", "sweep")
+    rows = real_case.table.data
+    assert len(model.coords["metric_obs"]) == sum(rows[m].notna().sum() for m in METRICS)
+    prior = pm.sample_prior_predictive(20, model=model, random_seed=1)
+    y = prior.prior_predictive["log_metric"].values
+    assert np.mean(np.isfinite(y).all(axis=-1)) >= 0.9
+    # the metrics share the latency model's costs: nothing of it is duplicated
+    assert "log_c1" in model.named_vars and model.named_vars_to_dims["log_c1"] == ("sweep",)
+
+
+def test_model_refuses_a_metric_the_rows_lack(real_case):
+    design = build_design(real_case.table)
+    with pytest.raises(ValueError, match=r"no fitted row reports \['latency_p99'\]"):
+        build_model(design, metrics=("latency_p99",))
+
+
+def test_shares_of_an_unseen_configuration_come_from_its_arm_level():
+    n = 4000
+    post = xr.Dataset(
+        {
+            "metric_log_share": (("sample", "m", "t", "s"), np.full((n, 1, 2, 2), -1.0)),
+            "metric_share_mu": (
+                ("sample", "m", "arm", "t"),
+                np.array([[[[0.0, 0.0], [2.0, 3.0]]]]).repeat(n, 0),
+            ),
+            "metric_tau": (("sample", "m"), np.full((n, 1), 0.5)),
+        }
+    )
+    rng = np.random.default_rng(0)
+    out = share_draws(post, ("ttft_p99",), "ttft_p99", [1, -1, -1], [0, 1, 1], ["a", "b", "b"], rng)
+    assert out.shape == (n, 2, 3)
+    np.testing.assert_array_equal(out[:, :, 0], -1.0)  # a fitted sweep: its own shares
+    np.testing.assert_array_equal(out[:, :, 1], out[:, :, 2])  # one configuration, one draw
+    np.testing.assert_allclose(out[:, :, 1].mean(0), [2.0, 3.0], atol=0.05)  # the SD level
+    np.testing.assert_allclose(out[:, :, 1].std(0), [0.5, 0.5], atol=0.05)
+
+
+@pytest.mark.slow
+def test_metric_fit_on_the_real_sweeps_is_healthy_and_consistent(tmp_path):
+    """The B200 sweeps with their median/p99 TTFT and median ITL: healthy at the defaults,
+    the stored predictive group is the method's density, and a loaded fit answers alike."""
+    import arviz as az
+
+    from specbayes.data import read_sweeps
+    from specbayes.fit import fit, load_fit
+
+    table = read_sweeps(REPO / "data/real/speculators_qwen3.8-27b_b200_sweeps.csv")
+    result = fit(table, "sd", metrics=METRICS, progress=False)
+    summary = result.summary()
+    assert summary["healthy"], summary
+    loaded = load_fit(result.save(tmp_path / "fit.nc"))
+    assert loaded.metrics == METRICS
+    rows = result.data
+    for name in METRICS:
+        a = result.metric(rows, name).values
+        np.testing.assert_allclose(loaded.metric(rows, name).values, a, rtol=1e-6)
+        pred = loaded.metric(rows, name, predictive=True).values
+        lo, hi = np.quantile(pred, [0.05, 0.95], axis=0)
+        y = rows[name].to_numpy(float)
+        assert 0.8 <= np.mean((y >= lo) & (y <= hi)) <= 1.0, name
+    loo = az.loo(loaded.idata, var_name="log_metric")
+    assert np.isfinite(loo.elpd_loo)
+    stored = loaded.idata.posterior_predictive["log_metric"].values
+    assert np.isfinite(stored).all()
