@@ -597,9 +597,11 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
         "FlashAttention 3 packs the GQA group at every query length (`hopper/flash_api.cpp` "
         "`get_pack_gqa`: always for paged KV without TMA and for varlen), so the k + 1 queries "
         "share one read of the context's KV, which dominates dense decoding at this context; "
-        "C2R > 1 at alpha 0.85, k = 5 would need some 200 µs more per sequence and step "
-        "(~33 µs per verified token, more than the verifier's own GEMM time per token) — no "
-        "such cost was found in vLLM V1's verification, sampling or EAGLE proposer.",
+        "C2R > 1 at alpha 0.85, k = 5 would need some 150 µs more per sequence and step "
+        "(~25 µs per verified token, about the verifier's own GEMM time per token) even with "
+        "the compute knee (issue 40; 768 verified tokens per pass at batch 128 are past the "
+        "H100's knee of 2.5 ridge points) — no such cost was found in vLLM V1's verification, "
+        "sampling or EAGLE proposer.",
         "",
         "Where the paper measured: Kong et al. (2026, §3) ran every SD sweep on A100 SXM "
         "(one GPU up to 32B; 4 and 8 for Llama-3.1-70B and Qwen3-235B-A22B) with vLLM 0.13.0 "
