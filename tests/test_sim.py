@@ -11,16 +11,24 @@ import pytest
 from scipy.optimize import curve_fit
 
 from specbayes import laws
+from specbayes.catalog import load_hardware
 from specbayes.data import OPTIONAL_COLUMNS, validate_sweeps
 from specbayes.sim import EngineConfig, build_dataset, make_config, run_point, simulate_point
 from specbayes.sim.costs import (
+    COMPUTE,
     EAGER_LAYER,
+    FLOP_LOGIT,
+    FLOP_PAIR,
+    FLOP_TOKEN,
     GQA_GROUP,
+    KNEE,
+    KNEE_SLOPE,
     KV_HEAD_TOKEN,
     L2_BYTES,
     LAYERS,
     WINDOW,
     attention_pairs,
+    knee_factor,
     kv_reread_factor,
     pass_time,
     unpacked_decode_pairs,
@@ -171,6 +179,45 @@ def test_real_b200_speedups_within_20_percent_at_light_and_heavy_load():
     # the measured trend: DSpark's gain at N = 64 is well below its gain at N = 1
     sim_gain = {n: lat[("none", n)][1] / lat[("dspark", n)][1] for n in (1, 64)}
     assert sim_gain[64] < 0.7 * sim_gain[1]
+
+
+def test_compute_knee_bends_large_decode_passes_only():
+    """Issue 40: decode tokens past the knee (2.5 ridge points) cost 1 + slope times their
+    compute; prefill chunks and passes below the knee keep the linear roofline."""
+    cfg = make_config("Qwen3.8-27B", hardware="B200", k=7, alpha=0.7, drafter="DSpark-Qwen3.8-27B")
+    vc = cfg.vcost
+    e = EngineConfig()
+    hw = load_hardware("B200")
+    assert vc[KNEE] == pytest.approx(e.compute_knee_ridges * hw.compute / hw.bandwidth)
+    assert 322 < vc[KNEE] < 1168  # inside the 90 % interval of the fit on data/real
+    assert vc[KNEE_SLOPE] == e.compute_knee_slope > 0
+    knee = vc[KNEE]
+    assert knee_factor(vc, 0.5 * knee, 0.5 * knee) == 1.0
+    assert knee_factor(vc, 2 * knee, 2 * knee) == pytest.approx(1 + e.compute_knee_slope / 2)
+    assert knee_factor(vc, 4 * knee, 0.0) == 1.0  # a prefill chunk: no decode tokens
+    # the extra compute is the excess tokens' share: s x (T_d - K) tokens' worth
+    flat = vc.copy()
+    flat[KNEE_SLOPE] = flat[KNEE] = 0.0
+    t, ctx = 2.0 * knee, 1000.0 * 2 * knee / 8
+    args = (t, t, ctx, 0.0, t * 1000.0, 0.0, t / 8)
+    assert pass_time(vc, *args) == pass_time(flat, *args)  # knee tokens default to none
+    extra = pass_time(vc, *args, t) - pass_time(flat, *args, t)
+    compute = (t * vc[FLOP_TOKEN] + t * vc[FLOP_LOGIT] + t * 1000.0 * vc[FLOP_PAIR]) / vc[COMPUTE]
+    assert extra == pytest.approx(e.compute_knee_slope * (t - knee) / t * compute)
+    # on data/real's geometry: DSpark's 1,024 verified tokens at 128 streams bend, dense's 128
+    # decode tokens do not
+    kw = dict(hardware="B200", prefill=150, decode=400, concurrency=128, n_requests=400)
+    off = replace(e, compute_knee_slope=0.0)
+    sd = dict(k=7, alpha=0.73, drafter="DSpark-Qwen3.8-27B")
+    lat = {
+        (arm, eng.compute_knee_slope): simulate_point("Qwen3.8-27B", engine=eng, **kw, **a)[
+            "latency"
+        ]
+        for arm, a in (("dense", {}), ("sd", sd))
+        for eng in (e, off)
+    }
+    assert lat[("dense", e.compute_knee_slope)] == lat[("dense", 0.0)]
+    assert lat[("sd", e.compute_knee_slope)] > 1.1 * lat[("sd", 0.0)]
 
 
 def test_demo_planned_arm_loses_its_gain_with_load():

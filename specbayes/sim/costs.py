@@ -31,6 +31,11 @@ GEMMs and the attention — where
   of each token adds to the weight streaming rather than hiding under it
   (``benchmarks/sim_realism.md``; ``o = 0.5`` left the simulated SD speedup up to 31 % above
   the measured one at N = 16-64 and dense latency 36 % low at N = 128);
+* past a knee of :math:`K` decode tokens per pass the compute times (both classes) are
+  scaled by :math:`g = 1 + s\max(0, T_d - K)/T` (:func:`knee_factor`; :math:`T_d` the
+  pass's decode tokens, :math:`K` = ``compute_knee_ridges`` × the GPU's ridge point,
+  :math:`s` = ``compute_knee_slope``; CALIBRATED on ``data/real``, issue 40): large
+  verification passes cost more than the linear roofline;
 * :math:`BW_\mathrm{eff}, F_\mathrm{eff}` are the hardware peaks × the catalog's *assumed*
   achievable fractions;
 * with ``tp > 1`` each layer does two all-reduces of :math:`T h` activations (ring:
@@ -80,12 +85,14 @@ EAGER_LAYER = 17  # seconds per layer of a pass run without a CUDA graph
 GQA_GROUP = 18  # query heads per KV head (1 = multi-head attention)
 KV_HEAD_TOKEN = 19  # KV bytes of one token, one KV head, one layer (K and V)
 L2_BYTES = 20  # last-level cache per GPU; 0 = attention packs the GQA group at every query length
-N_COST = 21
+KNEE = 21  # tokens per pass past which compute runs below the sustained FLOP/s; 0 = no knee
+KNEE_SLOPE = 22  # extra compute time per token past the knee, as a fraction of a token's time
+N_COST = 23
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Engine settings of the simulated vLLM-like server (defaults are vLLM-like choices).
+    r"""Engine settings of the simulated vLLM-like server (defaults are vLLM-like choices).
 
     Attributes
     ----------
@@ -135,6 +142,36 @@ class EngineConfig:
     eager_layer_overhead_s : float
         Launch cost per decoder layer of a pass run without a CUDA graph (ASSUMPTION:
         30 µs — some 15 kernels per layer at ~2 µs of CPU launch each).
+    compute_knee_ridges : float
+        Where the compute-efficiency knee of a pass lies, in units of the GPU's ridge point
+        :math:`F_\mathrm{eff}/BW_\mathrm{eff}` (FLOP per byte = tokens per pass at which a
+        bf16 weight GEMM turns compute-bound: 158 on the B200 at the catalog's sustained
+        fractions). ASSUMPTION, CALIBRATED on ``data/real`` (issue 40): 2.5 ridges = 395
+        tokens per pass on the B200, inside the 90 % interval (322-1,168, median 557) of the
+        knee that the Bayesian model's token-knee curvature finds on all of ``data/real``
+        (``benchmarks/load_extrapolation.md``); 3.5 ridges (557 tokens) leaves DSpark's 512
+        verified tokens at 64 streams below the knee and its latency at 0.78 of the
+        measured one. Tied to the ridge rather than fixed in tokens, so that a GPU with less
+        compute per byte bends sooner.
+    compute_knee_slope : float
+        Extra compute time of every decode token a pass carries past the knee, as a
+        fraction of its sustained-rate compute time (:func:`knee_factor`; 0 = no knee).
+        ASSUMPTION, CALIBRATED on ``data/real`` (issue 40): past a few hundred tokens per
+        pass the real B200 server's step time grows faster than the linear roofline — at
+        ``specbayes.sim 2`` the simulated DSpark k = 7 arm (8 verified tokens per sequence:
+        512-1,024 per pass at 64-128 streams) fell to 0.69-0.77 of the measured latency
+        while the dense arm (<= 128 decode tokens per pass) stayed at 0.81-0.91
+        (``benchmarks/sim_realism.md``). 0.5 (tokens past the knee at 2/3 of the sustained
+        FLOP/s) puts DSpark within 0.02 of the dense arm at 64 and 128 streams; 0.75 puts it
+        4-9 points above. The mechanism is an assumption: achieved tensor-core throughput
+        below the sustained fraction once the GEMMs and the attention over ``B`` short query
+        blocks of ``k + 1`` tokens turn compute-bound (tile and wave quantisation, clocks
+        under sustained tensor load). Only decode tokens (verified and drafted positions)
+        count against the knee — ASSUMPTION: with prefill chunks counted as well, the
+        H200 Qwen3-32B sweep's dense p50 (2,048-token prompts) rose from 4.16 to 4.96 s at
+        2 req/s against the measured 3.92 and saturated at 4 req/s, which the measured SD
+        speedup there (1.14) rules out; a prefill chunk is one long query block whose
+        GEMMs and attention tiles run near the sustained rate.
     kv_blocks_override : int or None
         Force the number of KV blocks (tests use it to provoke preemption).
     """
@@ -153,6 +190,8 @@ class EngineConfig:
     roofline_overlap: float = 0.0
     max_cudagraph_capture_size: int | None = None
     eager_layer_overhead_s: float = 3.0e-5
+    compute_knee_ridges: float = 2.5
+    compute_knee_slope: float = 0.5
     kv_blocks_override: int | None = None
 
     def capture_limit(self, k: int) -> int:
@@ -172,6 +211,8 @@ def cost_vector(
     overlap: float = 0.5,
     eager_layer_s: float = 0.0,
     unpacked_gqa_l2_bytes: float = 0.0,
+    knee_ridges: float = 0.0,
+    knee_slope: float = 0.0,
 ) -> np.ndarray:
     """The flat cost vector of one network (verifier or drafter) on ``tp`` GPUs of ``hw``.
 
@@ -192,6 +233,9 @@ def cost_vector(
     unpacked_gqa_l2_bytes : float
         L2 cache of a GPU whose attention kernel packs the GQA group only for one-token
         queries (FlashAttention 2, see :func:`kv_reread_factor`); ``0`` = always packed.
+    knee_ridges, knee_slope : float
+        Compute-efficiency knee of a pass, in ridge points of ``hw`` and extra compute time
+        per token past it (:class:`EngineConfig`); ``knee_slope = 0`` = none.
 
     Returns
     -------
@@ -226,6 +270,11 @@ def cost_vector(
     c[GQA_GROUP] = max(1.0, (geom.q_heads / tp) / geom.kv_heads_per_gpu(tp))
     c[KV_HEAD_TOKEN] = 2.0 * geom.head_dim * geom.kv_bytes
     c[L2_BYTES] = unpacked_gqa_l2_bytes
+    if knee_slope > 0.0 and knee_ridges > 0.0:
+        # the ridge in FLOP per byte = tokens per pass at which a bf16 weight GEMM (1 FLOP
+        # per weight byte per token) turns compute-bound
+        c[KNEE] = knee_ridges * hw.compute / hw.bandwidth
+        c[KNEE_SLOPE] = knee_slope
     return c
 
 
@@ -292,7 +341,26 @@ def _kernel(t_mem, t_compute, overlap):
 
 
 @njit(cache=True)
-def pass_time(c, n_tokens, n_logits, ctx_full, ctx_sw, pairs, experts, n_seqs):
+def knee_factor(c, n_tokens, knee_tokens):
+    r"""Multiplier of a pass's compute time for the compute-efficiency knee.
+
+    Every decode token past the knee :math:`K` (``c[KNEE]``) costs :math:`1 + s` times its
+    sustained-rate compute (``s`` = ``c[KNEE_SLOPE]``), so the compute time of a pass of
+    :math:`T` tokens, :math:`T_d` of them decode (verified, drafted) tokens, is a hinge in
+    :math:`T_d` — linear below the knee, steeper above:
+
+    .. math::  g = 1 + s\,\frac{\max(0, T_d - K)}{T} .
+
+    Returns 1 when the cost vector has no knee.
+    """
+    knee = c[KNEE]
+    if knee <= 0.0 or knee_tokens <= knee or n_tokens <= 0.0:
+        return 1.0
+    return 1.0 + c[KNEE_SLOPE] * (knee_tokens - knee) / n_tokens
+
+
+@njit(cache=True)
+def pass_time(c, n_tokens, n_logits, ctx_full, ctx_sw, pairs, experts, n_seqs, knee_tokens=0.0):
     r"""Seconds of one forward pass (see the module docstring).
 
     Parameters
@@ -313,6 +381,10 @@ def pass_time(c, n_tokens, n_logits, ctx_full, ctx_sw, pairs, experts, n_seqs):
         Distinct experts touched, summed over layers (0 for dense networks).
     n_seqs : float
         Scheduled sequences.
+    knee_tokens : float
+        Tokens that count against the compute-efficiency knee (:func:`knee_factor`): the
+        decode tokens of the pass — verified and drafted positions, not prefill chunks
+        (ASSUMPTION, see :class:`EngineConfig` ``compute_knee_slope``); 0 = none.
 
     Returns
     -------
@@ -323,8 +395,9 @@ def pass_time(c, n_tokens, n_logits, ctx_full, ctx_sw, pairs, experts, n_seqs):
     kv_bytes = ctx_full * c[KV_FULL] + ctx_sw * c[KV_SW] + n_tokens * c[KV_WRITE]
     lin_flops = n_tokens * c[FLOP_TOKEN] + n_logits * c[FLOP_LOGIT]
     attn_flops = pairs * c[FLOP_PAIR]
-    t = _kernel(w_bytes / c[BANDWIDTH], lin_flops / c[COMPUTE], c[OVERLAP]) + _kernel(
-        kv_bytes / c[BANDWIDTH], attn_flops / c[COMPUTE], c[OVERLAP]
+    g = knee_factor(c, n_tokens, knee_tokens)
+    t = _kernel(w_bytes / c[BANDWIDTH], lin_flops / c[COMPUTE] * g, c[OVERLAP]) + _kernel(
+        kv_bytes / c[BANDWIDTH], attn_flops / c[COMPUTE] * g, c[OVERLAP]
     )
     return t + c[AR_FIXED] + c[AR_TOKEN] * n_tokens + c[STEP_OVERHEAD] + c[SEQ_OVERHEAD] * n_seqs
 

@@ -46,7 +46,7 @@ from specbayes.sim.routing import routing_table
 
 __all__ = ["SimConfig", "make_config", "point_seed", "run_point"]
 
-SIM_VERSION = "specbayes.sim 2"
+SIM_VERSION = "specbayes.sim 3"
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,8 @@ def make_config(
         overlap=engine.roofline_overlap,
         eager_layer_s=engine.eager_layer_overhead_s,
         unpacked_gqa_l2_bytes=l2_unpacked,
+        knee_ridges=engine.compute_knee_ridges,
+        knee_slope=engine.compute_knee_slope,
     )
     if dgeom is not None:
         dcost = cost_vector(
@@ -190,6 +192,8 @@ def make_config(
             overlap=engine.roofline_overlap,
             eager_layer_s=engine.eager_layer_overhead_s,
             unpacked_gqa_l2_bytes=l2_unpacked,
+            knee_ridges=engine.compute_knee_ridges,
+            knee_slope=engine.compute_knee_slope,
         )
     else:
         dcost = np.zeros_like(vcost)
