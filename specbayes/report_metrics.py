@@ -83,7 +83,8 @@ def _rows(arm: plan.Arm, load: str, values: np.ndarray) -> pd.DataFrame:
 def _quantiles(draws: np.ndarray) -> tuple[np.ndarray, ...]:
     """(median, lo, hi) per row of (sample, row) draws (``inf`` draws kept: past the wall)."""
     tail = (1 - INTERVAL_PROB) / 2
-    return tuple(np.quantile(draws, q, axis=0) for q in (0.5, tail, 1 - tail))
+    qs = (0.5, tail, 1 - tail)  # no interpolation: inf - inf is not a value
+    return tuple(np.quantile(draws, q, axis=0, method="inverted_cdf") for q in qs)
 
 
 def metric_curves(fit: Any, arm: plan.Arm, loads: np.ndarray, closed: bool) -> pd.DataFrame:
@@ -112,10 +113,19 @@ def metric_points(fit: Any, arm: plan.Arm, closed: bool) -> pd.DataFrame:
     sd = d.k == arm.k
     if arm.drafter is not None and "drafter" in d:
         sd &= d.drafter == arm.drafter
-    rows = d[same & ((d.k == 0) | sd)]
+    rows = d[same & ((d.k == 0) | _nearest_sweep(d[same & sd], arm.alpha))]
     cols = [m for m in fit.metrics if m in rows]
     load = rows["concurrency" if closed else "rps"].to_numpy(dtype=float)
     return rows[["k", *cols]].assign(load=load).reset_index(drop=True)
+
+
+def _nearest_sweep(sd: pd.DataFrame, alpha: float | None) -> pd.Series:
+    """Mask of the SD rows of the sweep whose alpha is nearest ``alpha`` (all when unknown)."""
+    key = "sweep" if "sweep" in sd else "alpha"
+    if alpha is None or "alpha" not in sd or sd.empty or sd["alpha"].isna().all():
+        return pd.Series(True, index=sd.index)
+    gap = (sd.groupby(key)["alpha"].transform("mean") - alpha).abs()
+    return gap == gap.min()
 
 
 def load_grid(fit: Any, arm: plan.Arm, closed: bool, top_rps: float) -> np.ndarray:
@@ -138,7 +148,8 @@ def metrics_section(
     curves.to_csv(out / "metrics.csv", index=False)
     measured = plan.measured_streams(fit, arm) if closed else _measured_rps(fit, arm)
     title = f"Modelled metrics vs {'concurrency' if closed else 'load'}: {arm.label()} and dense"
-    title += f"\n{arm.verifier} + {arm.drafter} on {arm.hardware}, workload {arm.cell}"
+    cell = arm.cell or f"{round(arm.prefill)}x{round(arm.decode)}"
+    title += f"\n{arm.verifier} + {arm.drafter} on {arm.hardware}, workload {cell}"
     fig = plot_metrics(curves, points, slo=slo, k=arm.k, measured=measured, title=title)
     lines = _value_lines(curves, points, arm, closed)
     lines += _capacity_lines(fit, arm, slo, prob, closed)
@@ -282,7 +293,8 @@ def _panel(ax, t, points, name, slo, measured, closed: bool) -> None:
     values = [t["median"], t["pred_lo"], t["pred_hi"], *([points[name]] if name in points else [])]
     finite = np.concatenate([np.asarray(v, dtype=float) for v in values])
     finite = finite[np.isfinite(finite) & (finite > 0)]
-    scale, unit = (1e3, "ms") if len(finite) and np.median(finite) < 1 else (1.0, "s")
+    typical = np.median(t["median"][np.isfinite(t["median"])]) if len(finite) else 0.0
+    scale, unit = (1e3, "ms") if typical < 1 else (1.0, "s")  # the curve's typical value
     for kk, arm in t.groupby("k", sort=False):
         color = k_color(kk)
         ok = np.isfinite(arm["median"]) & np.isfinite(arm["pred_hi"])
@@ -299,12 +311,22 @@ def _panel(ax, t, points, name, slo, measured, closed: bool) -> None:
                     mec=color, mew=1.3, ls="none", label=f"{label}: measured")  # fmt: skip
     if slo is not None:
         ax.axhline(slo * scale, color="red", ls="--", lw=1.3, label="SLO on that metric")
-        ax.annotate(f"SLO {seconds_text(slo)}", (0.02, slo * scale), xycoords=("axes fraction",
-                    "data"), color="red", fontsize=7, va="bottom")  # fmt: skip
+        ax.annotate(
+            f"SLO {seconds_text(slo)}",
+            (0.97, slo * scale),
+            xycoords=("axes fraction", "data"),
+            color="red",
+            fontsize=7,
+            ha="right",
+            va="bottom",
+            bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1),
+        )
     top = float(t["load"].max())
     _mark_measured(ax, measured, top, "streams" if closed else "req/s")
-    if len(finite) and finite.max() / finite.min() > 8:
+    log = bool(len(finite)) and finite.max() / finite.min() > 8
+    if log:
         _plain_log(ax.yaxis)
+    ax.set_ylim(top=_y_top(t, points, name, slo, measured, log) * scale)
     if closed:
         ax.set_xscale("log", base=2)
         _streams_axis(ax.xaxis)
@@ -324,3 +346,15 @@ def _plain_log(axis) -> None:
     axis.set_major_formatter(plain)
     axis.set_minor_locator(mticker.LogLocator(subs=(2.0, 5.0)))
     axis.set_minor_formatter(plain)
+
+
+def _y_top(t, points, name, slo, measured, log: bool) -> float:
+    """The panel's top (s): above the measured points, the SLO and the medians up to the
+    highest measured load, not where the bands run to the wall."""
+    upto = t["load"] <= (measured if measured is not None and np.isfinite(measured) else np.inf)
+    seen = [t.loc[upto, "median"], [slo or 0.0]]
+    if name in points:
+        seen.append(points[name])
+    values = np.concatenate([np.asarray(v, dtype=float) for v in seen])
+    top = np.nanmax(np.where(np.isfinite(values), values, np.nan))
+    return top * (2.0 if log else 1.25)
