@@ -505,6 +505,7 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     if metric is not None:
         figures[METRIC_FIGURE] = metric.figure
         written.append("metrics.csv")
+        head.lines += metric.capacity
     try:
         for name, fig in figures.items():
             fig.savefig(out / name, dpi=110)

@@ -48,12 +48,15 @@ _CAPTION = (
 
 @dataclass
 class MetricSection:
-    """What the report adds for a fit with metrics: figure, table, caption and lines."""
+    """What the report adds for a fit with metrics: figure, table, caption, the summary's
+    lines per metric and the capacity under all SLOs."""
 
     figure: Any
     curves: pd.DataFrame
     caption: str
     lines: list[str] = field(default_factory=list)
+    #: the capacity under every SLO at once (a headline answer; empty without a metric SLO)
+    capacity: list[str] = field(default_factory=list)
 
 
 def split_slo(fit: Any, slo: float | dict | None) -> tuple[float | None, dict[str, float]]:
@@ -152,9 +155,10 @@ def metrics_section(
     title += f"\n{arm.verifier} + {arm.drafter} on {arm.hardware}, workload {cell}"
     fig = plot_metrics(curves, points, slo=slo, k=arm.k, measured=measured, title=title)
     lines = _value_lines(curves, points, arm, closed)
-    lines += _capacity_lines(fit, arm, slo, prob, closed)
     load = "stream count N (closed loop, log-2 axis)" if closed else "request rate"
-    return MetricSection(fig, curves, _CAPTION.format(load=load, p=f"{INTERVAL_PROB:.0%}"), lines)
+    caption = _CAPTION.format(load=load, p=f"{INTERVAL_PROB:.0%}")
+    capacity = _capacity_lines(fit, arm, slo, prob, closed) if set(slo) - {MEAN_LATENCY} else []
+    return MetricSection(fig, curves, caption, lines, capacity)
 
 
 def _measured_rps(fit: Any, arm: plan.Arm) -> float:
@@ -217,7 +221,8 @@ def _capacity_lines(fit, arm, slo: dict, prob: float, closed: bool) -> list[str]
         if not row[unit] > 0:
             return f"{who} none — {row.binding} is missed even at the lightest load"
         value = f"{row[unit]:.0f} streams" if closed else f"{row[unit]:.3g} req/s"
-        return f"{who} {value} (binding: {row.binding})"
+        beyond = ", above the highest measured load: extrapolated" if row.extrapolated else ""
+        return f"{who} {value} (binding: {row.binding}{beyond})"
 
     mean = "" if MEAN_LATENCY in slo else " (no mean-latency SLO among them)"
     return [
