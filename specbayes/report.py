@@ -272,7 +272,7 @@ def write_report(
     out_dir: str | Path,
     *,
     arm: plan.Arm | None = None,
-    slo: float | None = None,
+    slo: float | dict[str, float] | None = None,
     prob: float = 0.9,
 ) -> Headline:
     """Write figures, tables and ``summary.md`` for ``arm`` into ``out_dir``.
@@ -289,8 +289,11 @@ def write_report(
         Created if needed; existing files of the same names are replaced.
     arm : plan.Arm, optional
         The configuration to plan for (default: :func:`default_arm`).
-    slo : float, optional
-        Mean-latency SLO in seconds (default: twice the median zero-load dense latency).
+    slo : float or dict, optional
+        Mean-latency SLO in seconds (default: twice the median zero-load dense latency), or
+        ``{name: seconds}`` (:func:`specbayes.slo.parse_slo`): its ``latency`` entry is the
+        mean-latency SLO, its metric entries go to ``metrics_vs_load.png`` and the summary
+        (:mod:`specbayes.report_metrics`).
     prob : float
         Probability at which capacity must meet the SLO.
 
@@ -409,8 +412,10 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     import matplotlib.pyplot as plt
 
     from specbayes import plots
+    from specbayes.report_metrics import METRIC_FIGURE, metrics_section, split_slo
 
     arm = arm or default_arm(fit)
+    slo, slos = split_slo(fit, slo)
     if slo is not None and not slo > 0:
         raise ValueError(f"--slo {slo:g}: a latency SLO must be > 0 seconds")
     dense = replace(arm, k=0, alpha=None, drafter=None)
@@ -494,13 +499,20 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
         slo=slo,
         **marks,
     )
+    metric = metrics_section(
+        fit, arm, out, slo=slos, prob=prob, closed=closed, top_rps=_speedup_grid(sat)[-1]
+    )
+    if metric is not None:
+        figures[METRIC_FIGURE] = metric.figure
+        written.append("metrics.csv")
+        head.lines += metric.capacity
     try:
         for name, fig in figures.items():
             fig.savefig(out / name, dpi=110)
     finally:
         for fig in figures.values():
             plt.close(fig)
-    _write_summary(out, fit, arm, head, ratios, sp, figures, written)
+    _write_summary(out, fit, arm, head, ratios, figures, written, metric)
     (out / "headline.json").write_text(_headline_json(arm, head, slo))
     return head
 
@@ -767,8 +779,16 @@ def _curvature_text(fit, arm) -> str:
     return "" if text is None else f" with a batch curvature (`--curvature`): {text}"
 
 
-def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
+def _metrics_lines(metric) -> list[str]:
+    if metric is None:
+        return []
+    return ["## Modelled metrics", "", *[f"- {line}" for line in metric.lines], ""]
+
+
+def _write_summary(out, fit, arm, head, ratios, figures, written, metric=None) -> None:
     captions = {**_FIGURES, **(_FIGURES_CLOSED if head.closed_loop is not None else {})}
+    if metric is not None:
+        captions["metrics_vs_load.png"] = metric.caption
     lines = [
         "# specbayes report",
         "",
@@ -785,6 +805,7 @@ def _write_summary(out, fit, arm, head, ratios, sp, figures, written) -> None:
         *[f"- {line}" for line in head.lines],
         "",
         *_closed_loop_section(head),
+        *_metrics_lines(metric),
         *_excluded_section(getattr(fit, "excluded", None)),
         *_health_section(fit),
         "## Figures",

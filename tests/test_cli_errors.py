@@ -278,6 +278,8 @@ CASES = [
     ("plan-hardware-case", "plan fit.nc --hardware h100", "--hardware h100", []),
     ("plan-out-under-a-file", "plan fit.nc --out afile/p", "afile is a file", []),
     ("report-slo-units", "report fit.nc --slo 5s --out r", "--slo", ["r"]),
+    ("report-slo-metric", "report fit.nc --slo ttft_p99=1 --out r", "--metrics ttft_p99", ["r"]),
+    ("report-slo-twice", "report fit.nc --slo latency=2,latency=3 --out r", "given twice", ["r"]),
     ("report-alpha-percent", "report fit.nc --alpha 80 --out r", "--alpha", ["r"]),
     ("report-out-under-a-file", "report fit.nc --out afile/r", "afile is a file", []),
     ("report-unknown-drafter", "report fit.nc --drafter foo --out r", "--drafter foo", ["r"]),

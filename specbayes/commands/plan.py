@@ -182,7 +182,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     r.add_argument("fit", type=Path, help="fit artefact written by `specbayes fit --out`")
     _arm_args(r)
-    r.add_argument("--slo", type=positive_float, help="mean-latency SLO (s) for the headline")
+    r.add_argument(
+        "--slo",
+        type=slo_spec,
+        metavar="SECONDS|NAME=SECONDS,...",
+        help="a mean-latency SLO (s) for the headline, or NAME=SECONDS,...: `latency` (the mean) "
+        "for the headline, the metrics the fit models (e.g. ttft_p99=1,itl_p50=0.012) as lines "
+        "in metrics_vs_load.png and the capacity under all of them in summary.md",
+    )
     r.add_argument("--prob", type=probability, default=0.9)
     r.add_argument("--out", type=Path, required=True, help="output folder")
     r.set_defaults(func=run_report)
