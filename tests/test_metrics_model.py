@@ -19,6 +19,7 @@ from specbayes.model_next.metrics import (
     check_metrics,
     log_batch,
     log_metric_mean,
+    log_width,
     long_table,
     share_draws,
 )
@@ -52,6 +53,14 @@ def test_long_table_keeps_observed_rows_only():
     # ttft: rows 0 and 2; itl: not the one-token output of row 0
     assert table[["metric", "obs"]].values.tolist() == [[0, 0], [0, 2], [1, 1], [1, 2]]
     np.testing.assert_allclose(table["log_s"], [0, 0, np.log(4), np.log(8)])
+
+
+def test_a_percentile_of_few_requests_is_noisier():
+    n = np.array([50.0, 1000.0, np.nan])
+    p99, p50 = np.exp(log_width("ttft_p99", n)), np.exp(log_width("ttft_p50", n))
+    np.testing.assert_allclose(p99, np.sqrt(1 + 1 / np.array([0.5, 10.0, np.inf])))
+    assert p50[0] < 1.02 and p99[0] > 1.7  # the median barely moves; the p99 of 50 does
+    assert log_width("itl", None) == 0.0  # no request counts: the metric's own scale
 
 
 def test_formula_is_linear_in_the_batch():
@@ -95,11 +104,12 @@ def test_shares_of_an_unseen_configuration_come_from_its_arm_level():
                 ("sample", "m", "arm", "t"),
                 np.array([[[[0.0, 0.0], [2.0, 3.0]]]]).repeat(n, 0),
             ),
-            "metric_tau": (("sample", "m"), np.full((n, 1), 0.5)),
         }
     )
     rng = np.random.default_rng(0)
-    out = share_draws(post, ("ttft_p99",), "ttft_p99", [1, -1, -1], [0, 1, 1], ["a", "b", "b"], rng)
+    out = share_draws(
+        post, ("ttft_p99",), "ttft_p99", [1, -1, -1], [0, 1, 1], ["a", "b", "b"], rng, 0.5
+    )
     assert out.shape == (n, 2, 3)
     np.testing.assert_array_equal(out[:, :, 0], -1.0)  # a fitted sweep: its own shares
     np.testing.assert_array_equal(out[:, :, 1], out[:, :, 2])  # one configuration, one draw

@@ -46,9 +46,11 @@ from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
 from specbayes.model_next.likelihood import log_density, log_mean_latency, log_row_scale
 from specbayes.model_next.metrics import (
     check_metrics,
+    family,
     log_batch,
     log_metric_mean,
     log_unit,
+    log_width,
     share_draws,
     stored_groups,
     student_noise,
@@ -586,6 +588,7 @@ class NextFit:
             )  # fmt: skip
             if predictive:
                 sigma = post["metric_sigma"].values[:, self.metrics.index(name), None]
+                sigma = sigma * np.exp(log_width(name, rows.get("n_requests")))
                 nu = merge_priors(self.config.get("priors"))["metric_nu"]
                 loc = loc + student_noise(sigma, nu, loc.shape, rng)
             out = np.exp(loc)
@@ -611,7 +614,9 @@ class NextFit:
                 sweep_of[i] = same[np.argmin(gap)]
         rng = np.random.default_rng([self.seed if seed is None else seed, 19])
         arm = (rows["k"] > 0).to_numpy(int)
-        return share_draws(self._post(), self.metrics, name, sweep_of, arm, rows["_config"], rng)
+        tau = merge_priors(self.config.get("priors"))["metric_tau"][family(name)]
+        post, configs = self._post(), rows["_config"]
+        return share_draws(post, self.metrics, name, sweep_of, arm, configs, rng, tau)
 
     def alpha_draws(
         self, verifier: str, drafter: str, cell: str, hardware: str | None = None
@@ -772,7 +777,7 @@ _ANSWER_VARIABLES = (
     "log_c1", "log_c2", "log_coef", "log_coef_draft", "unit_coef", "coefficients", "coef_mu",
     "coef_mu_draft", "trend", "cell_sd", "tau", "noise_growth", "sigma", "alpha",
     "tokens_per_cycle", "c3", "knee_tokens", "metric_log_share", "metric_share_mu",
-    "metric_tau", "metric_sigma",
+    "metric_sigma",
 )  # fmt: skip
 
 

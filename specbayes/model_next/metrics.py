@@ -1,8 +1,8 @@
 r"""Per-point serving metrics beside the mean latency: TTFT, ITL and latency percentiles.
 
 Every request's times are sums of engine steps, and a step's cost is linear in the running
-batch — the same mechanism as the latency law :math:`L = C_1 + B C_2` (Kong et al. 2026,
-§3; docs/model.md §8). So each reported statistic of a metric at a load point — the mean or
+batch — the same mechanism as the latency law :math:`L = C_1 + B C_2` (Kong et al. 2026;
+docs/model.md §1, §11). So each reported statistic of a metric at a load point — the mean or
 a percentile of TTFT, of the time per output token after the first (ITL), of the end-to-end
 latency — is modelled as the same two costs rescaled:
 
@@ -19,16 +19,17 @@ for TTFT the prefill and the queue for a batch slot (small :math:`\rho_a`, a
 :math:`\rho_b` that grows with the percentile), for ITL the decode step (about 1, higher for
 its tail and burstier under SD: a verify pass emits :math:`E` tokens at once), for a latency
 percentile about 1 at p50 and a tail factor that grows with utilisation where
-:math:`\rho_b > \rho_a`. The shares are partially pooled over sweeps per metric, with a level
-for dense and one for SD sweeps:
+:math:`\rho_b > \rho_a`. The shares are partially pooled over sweeps per metric, around a
+level for dense and one for SD sweeps, with a spread :math:`\tau` fixed per family
+(``metric_tau`` in :mod:`specbayes.model_next.priors`):
 
 .. math::
 
-    \log\rho_{j,s} = \mu_{j,\mathrm{arm}(s)} + \tau_j z_{j,s}, \quad z \sim \mathcal N(0, 1)
+    \log\rho_{j,s} \sim \mathcal N(\mu_{j,\mathrm{arm}(s)}, \tau_{\mathrm{family}})
 
-and the observed statistic is Student-t on the log scale around :math:`\log m_i` (a
-percentile from a few hundred requests has outliers a Normal would chase: the real B200 p99
-TTFT jumps 15× at a few streams, ``data/real/README.md``). What the data do not carry is not
+and the observed statistic is Student-t on the log scale around :math:`\log m_i`, its scale
+widened for a percentile of few requests (:func:`log_width`; the real B200 p99 TTFT jumps 15×
+at a few streams, where a point holds 50–250 requests). What the data do not carry is not
 modelled: a fit learns only the metrics it is given (``metrics=``).
 """
 
@@ -116,12 +117,37 @@ def long_table(data: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
         if FAMILIES[family(name)] == "token":
             keep &= data["decode"].to_numpy(float) > 1.0
         obs = np.flatnonzero(keep)
+        log_w = log_width(name, data.get("n_requests"))
         parts.append(
-            pd.DataFrame({"metric": j, "obs": obs, "log_y": np.log(y[obs]), "log_s": log_s[obs]})
+            pd.DataFrame(
+                {
+                    "metric": j,
+                    "obs": obs,
+                    "log_y": np.log(y[obs]),
+                    "log_s": log_s[obs],
+                    "log_w": np.broadcast_to(log_w, y.shape)[obs],
+                }
+            )
         )
     if not parts:
-        return pd.DataFrame({"metric": [], "obs": [], "log_y": [], "log_s": []})
+        return pd.DataFrame({c: [] for c in ("metric", "obs", "log_y", "log_s", "log_w")})
     return pd.concat(parts, ignore_index=True)
+
+
+def log_width(name: str, n_requests: Any) -> Any:
+    r"""Log of a row's noise scale relative to the metric's :math:`\sigma`:
+    :math:`\tfrac12\log(1 + 1/(n (1 - q)))` for a statistic at level :math:`q` of
+    :math:`n` requests (:math:`q = 1/2` for a mean). A percentile is an order statistic:
+    its sampling variance grows as :math:`q(1-q)/n` over the density at it, so a p99 of 50
+    requests (about the largest) is far noisier than one of 1,000, while a median barely
+    moves (order-statistic asymptotics; without ``n_requests`` the factor is 1)."""
+    if n_requests is None:
+        return 0.0
+    level = int(name.rsplit("_p", 1)[1]) / 100.0 if "_p" in name else 0.5
+    n = np.asarray(n_requests, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        extra = np.where(np.isfinite(n) & (n > 0), 1.0 / (n * (1.0 - level)), 0.0)
+    return 0.5 * np.log1p(extra)
 
 
 def prior_centres(metrics: tuple[str, ...], pr: dict) -> np.ndarray:
@@ -154,13 +180,14 @@ def metric_likelihood(design, pr: dict, metrics: tuple[str, ...], log_c1, log_c2
     share_mu = pm.Normal(
         "metric_share_mu", centre, spread, dims=("metric_name", "metric_arm", "metric_term")
     )
-    # one spread per metric over both shares: with a few sweeps per arm, a spread per share
-    # is a funnel (tau of TTFT's zero-load share: R-hat 1.03, bulk ESS 265 on data/real)
-    tau = pm.HalfNormal("metric_tau", pr["metric_tau"], dims="metric_name")
-    z = pm.Normal("metric_z", 0.0, 1.0, dims=("metric_name", "metric_term", "sweep"))
-    log_rho = pm.Deterministic(
+    # the spread of a share across configurations is a prior constant per family: with a
+    # handful of sweeps per arm a learned spread mixed slowly in every form tried (centred,
+    # non-centred, per family; bulk ESS 260-440 on data/real, benchmarks/metric_validation.md)
+    tau = np.array([pr["metric_tau"][family(name)] for name in metrics])
+    log_rho = pm.Normal(
         "metric_log_share",
-        share_mu[:, arm, :].dimshuffle(0, 2, 1) + tau[:, None, None] * z,
+        share_mu[:, arm, :].dimshuffle(0, 2, 1),
+        tau[:, None, None],
         dims=("metric_name", "metric_term", "sweep"),
     )
     m, obs = table["metric"].to_numpy(int), table["obs"].to_numpy(int)
@@ -174,13 +201,13 @@ def metric_likelihood(design, pr: dict, metrics: tuple[str, ...], log_c1, log_c2
         "log_metric",
         nu=pr["metric_nu"],
         mu=loc,
-        sigma=sigma[m],
+        sigma=sigma[m] * np.exp(table["log_w"].to_numpy(float)),
         observed=table["log_y"].to_numpy(float),
         dims="metric_obs",
     )
 
 
-def share_draws(post, metrics: tuple[str, ...], name: str, sweep_of, arm, configs, rng):
+def share_draws(post, metrics: tuple[str, ...], name: str, sweep_of, arm, configs, rng, tau: float):
     r"""(sample, term, row) draws of :math:`\log\rho_a, \log\rho_b` of metric ``name``.
 
     A row of a fitted sweep (``sweep_of >= 0``) takes that sweep's shares; one of a
@@ -196,10 +223,9 @@ def share_draws(post, metrics: tuple[str, ...], name: str, sweep_of, arm, config
     out[:, :, seen] = post["metric_log_share"].values[:, j][:, :, sweep_of[seen]]
     if (~seen).any():
         level = post["metric_share_mu"].values[:, j]  # (sample, arm, term)
-        tau = post["metric_tau"].values[:, j]
         keys, idx = np.unique(np.asarray(configs)[~seen], return_inverse=True)
         z = rng.standard_normal((n, len(TERMS), len(keys)))[:, :, idx]
-        out[:, :, ~seen] = level[:, arm[~seen], :].transpose(0, 2, 1) + tau[:, None, None] * z
+        out[:, :, ~seen] = level[:, arm[~seen], :].transpose(0, 2, 1) + tau * z
     return out
 
 
@@ -223,7 +249,7 @@ def stored_groups(design, metrics: tuple[str, ...], post, nu: float, rng) -> dic
     loc = log_metric_mean(
         log_c1, log_c2, batch, shares[..., m, 0, s], shares[..., m, 1, s], table["log_s"].values
     )
-    sigma = post["metric_sigma"].values[..., m]
+    sigma = post["metric_sigma"].values[..., m] * np.exp(table["log_w"].to_numpy(float))
     y = table["log_y"].to_numpy(float)
     ll = stats.t.logpdf(y, nu, loc=loc, scale=sigma)
     pp = loc + student_noise(sigma, nu, loc.shape, rng)
