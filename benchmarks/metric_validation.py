@@ -103,7 +103,9 @@ def fit_and_predict(data: pd.DataFrame, held: np.ndarray, metrics, label: str):
         rows_scored=len(test),
         divergences=int(d.attrs.get("divergences", 0)),
         max_rhat=float(d["r_hat"].max()),
+        rhat_above_1_01=int((d["r_hat"] > 1.01).sum()),
         min_ess_bulk=float(d["ess_bulk"].min()),
+        ess_below_400=int((d["ess_bulk"] < 400).sum()),
         worst_rhat=str(d["r_hat"].idxmax()),
         wall_s=round(time.perf_counter() - t0, 1),
     )
@@ -138,7 +140,7 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="rewrite metric_validation.md")
     ap.add_argument("--skip-sim", action="store_true", help="data/real only")
     args = ap.parse_args()
-    t0 = time.perf_counter()
+    t0, commit = time.perf_counter(), _git("rev-parse", "--short", "HEAD")
     real = validate_sweeps(read_sweeps(REAL)).data.reset_index(drop=True)
     real_preds, health = alternate(real, REAL_METRICS, "real")
     top, h = fit_and_predict(real, highest_unsaturated(real), REAL_METRICS, "real highest")
@@ -159,14 +161,14 @@ def main() -> None:
             "## simulated: held-out load points (odd / even positions, two fits)",
             _md(coverage_table(sim_preds, SIM_METRICS)),
         ]
-    sections += ["## sampler health per fit", _md(pd.DataFrame(health))]
+    sections += ["## sampler health per fit", markdown_table(pd.DataFrame(health).round(4))]
     body = "\n\n".join(sections)
     print(body)
     if args.write:
         head = (
             "# Metric validation (issue 45)\n\n"
             f"`PYTHONPATH=. .venv/bin/python benchmarks/metric_validation.py --write` — "
-            f"{dt.date.today()}, commit {_git('rev-parse', '--short', 'HEAD')}, "
+            f"{dt.date.today()}, commit {commit}, "
             f"{time.perf_counter() - t0:.0f} s in all. Method: the module docstring of "
             "`benchmarks/metric_validation.py`.\n\n"
         )
