@@ -161,7 +161,7 @@ def main() -> None:
             "## simulated: held-out load points (odd / even positions, two fits)",
             _md(coverage_table(sim_preds, SIM_METRICS)),
         ]
-    sections += ["## sampler health per fit", markdown_table(pd.DataFrame(health).round(4))]
+    sections += ["## sampler health per fit", markdown_table(pd.DataFrame(health), ".4g")]
     body = "\n\n".join(sections)
     print(body)
     if args.write:
