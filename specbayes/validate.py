@@ -214,7 +214,8 @@ def metric_predictions(
     keep = np.flatnonzero(np.isfinite(y) & (y > 0))
     ex = np.asarray(expected, dtype=float)[:, keep]
     pp = np.asarray(predictive, dtype=float)[:, keep]
-    q = np.quantile(pp, [0.25, 0.75, 0.05, 0.95], axis=0) if len(keep) else np.empty((4, 0))
+    with np.errstate(invalid="ignore"):  # a row past the wall: all draws inf
+        q = np.quantile(pp, [0.25, 0.75, 0.05, 0.95], axis=0) if len(keep) else np.empty((4, 0))
     return pd.DataFrame(
         {
             "row": keep,

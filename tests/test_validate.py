@@ -98,3 +98,91 @@ def test_leave_n_out_shows_fold_progress(capsys):
     validate.leave_n_out(df, n=1, repeats=2, methods=("baseline",), n_jobs=1, progress=True)
     err = capsys.readouterr().err
     assert "folds" in err and "2/2" in err
+
+
+# -- per-point metrics (issue 45) ---------------------------------------------------------------
+def _metric_draws(n_rows: int, seed: int = 0):
+    """Calibrated lognormal draws of a metric: expected (sample, row), predictive, measured."""
+    rng = np.random.default_rng(seed)
+    m = np.exp(rng.normal(-2, 1, n_rows))
+    expected = m[None, :] * np.exp(0.01 * rng.standard_normal((1000, n_rows)))
+    predictive = m[None, :] * np.exp(0.2 * rng.standard_normal((1000, n_rows)))
+    y = m * np.exp(0.2 * rng.standard_normal(n_rows))
+    return expected, predictive, y
+
+
+def test_metric_scores_of_calibrated_draws_and_rows_without_the_metric_skipped():
+    expected, predictive, y = _metric_draws(400)
+    y[:3] = [np.nan, 0.0, -1.0]  # missing / not positive: skipped for this metric only
+    test = pd.DataFrame({"ttft_p99": y, "itl_p50": np.full(400, 0.01)})
+    preds = validate.metric_predictions(test, "ttft_p99", expected, predictive)
+    assert preds["row"].tolist() == list(range(3, 400))
+    assert {"observed", "predicted", "lo50", "hi50", "lo90", "hi90"} <= set(preds)
+    s = validate.metric_scores(preds)
+    assert s["rows"] == 397
+    assert s["cov90"] == pytest.approx(0.9, abs=0.04)
+    assert s["cov50"] == pytest.approx(0.5, abs=0.07)
+    assert s["rel_err"] == pytest.approx(0.16, abs=0.03)  # E|exp(0.2 z) - 1|
+    assert s["median_ratio"] == pytest.approx(1.0, abs=0.03)
+    other = validate.metric_predictions(test, "itl_p50", expected, predictive)
+    assert len(other) == 400
+
+
+def test_metric_scores_of_a_metric_no_row_measures():
+    expected, predictive, _ = _metric_draws(5)
+    preds = validate.metric_predictions(pd.DataFrame({"k": range(5)}), "ttft_p99", expected,
+                                        predictive)  # fmt: skip
+    assert preds.empty
+    s = validate.metric_scores(preds)
+    assert s["rows"] == 0 and np.isnan(s["cov90"]) and np.isnan(s["rel_err"])
+
+
+def test_metric_scores_count_a_saturated_prediction_as_a_miss_not_an_error():
+    expected, predictive, y = _metric_draws(4, seed=2)
+    expected[:, 0] = np.inf
+    predictive[:, 0] = np.inf
+    preds = validate.metric_predictions(pd.DataFrame({"itl_p50": y}), "itl_p50", expected,
+                                        predictive)  # fmt: skip
+    s = validate.metric_scores(preds)
+    assert s["rows"] == 4 and s["cov90"] <= 0.75  # row 0 is outside its (infinite) interval
+    assert np.isfinite(s["rel_err"])  # over the three finite medians
+
+
+def test_leave_n_out_rejects_an_unknown_metric_before_any_fit():
+    with pytest.raises(ValueError, match="unknown metric"):
+        validate.leave_n_out(synthetic(), n=1, metrics=("ttft_p999",))
+
+
+def test_validate_help_lists_metrics():
+    import argparse
+
+    from specbayes.commands import validate as cmd
+
+    parser = argparse.ArgumentParser()
+    cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["validate", "x.csv", "--out", "v", "--metrics", "ttft_p99,itl_p50"])
+    assert args.metrics == ("ttft_p99", "itl_p50")
+    assert parser.parse_args(["validate", "x.csv", "--out", "v"]).metrics is None
+
+
+@pytest.mark.slow
+def test_heldout_metric_scores_on_the_real_sweeps():
+    """One fold on data/real (one of its two cells held out): every metric scored."""
+    from pathlib import Path
+
+    from specbayes.data import read_sweeps
+
+    real = Path(__file__).parent.parent / "data/real/speculators_qwen3.8-27b_b200_sweeps.csv"
+    metrics = ("ttft_p50", "ttft_p99", "itl_p50")
+    cfg = dict(draws=300, tune=300)
+    res = validate.leave_n_out(
+        read_sweeps(real), n=1, repeats=1, methods=("specbayes",), metrics=metrics,
+        sampler_config=cfg,
+    )  # fmt: skip
+    overall = res.metric_overall.set_index("metric")
+    assert list(overall.index) == list(metrics)
+    assert (overall["rows"] == 24).all()  # one cell: 3 arms x 8 loads
+    assert overall["cov90"].between(0.5, 1.0).all()
+    assert (overall["rel_err"] < 1.0).all()
+    assert set(res.metric_predictions.metric) == set(metrics)
+    assert len(res.metric_folds) == len(metrics)

@@ -198,8 +198,8 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     cfg = _config(args)
     table = validate_sweeps(_load(args.data), allow_unknown_alpha=True)
-    check_level(table, args.model, args.data)  # before the folds' progress bars
     check_metric_args(args, table)
+    check_level(table, args.model, args.data)  # before the folds' progress bars
     print(f"{table.summary()}; leave-out n = {args.leave_out}, {args.repeats} folds each")
     methods = ("specbayes",) if args.no_baseline else ("specbayes", "baseline")
     priors = curvature_priors(args)
