@@ -106,7 +106,7 @@ def fit_and_predict(data: pd.DataFrame, held: np.ndarray, metrics, label: str):
         rhat_above_1_01=int((d["r_hat"] > 1.01).sum()),
         min_ess_bulk=float(d["ess_bulk"].min()),
         ess_below_400=int((d["ess_bulk"] < 400).sum()),
-        worst_rhat=str(d["r_hat"].idxmax()),
+        worst_rhat=str(d["r_hat"].idxmax()).replace("|", "/"),  # no pipe in a markdown cell
         wall_s=round(time.perf_counter() - t0, 1),
     )
     print(health, flush=True)
