@@ -353,7 +353,8 @@ def _label_metrics(mp: pd.DataFrame, fold: Fold, test: pd.DataFrame) -> pd.DataF
     """Metric predictions with their fold and the held-out row's identity columns."""
     if mp.empty:
         return mp
-    ids = test[[c for c in ("verifier", "hardware", "cell", "drafter", "k", "rps") if c in test]]
+    cols = ("verifier", "hardware", "cell", "drafter", "k", "concurrency", "rps")
+    ids = test[[c for c in cols if c in test]]
     ids = ids.iloc[mp["row"].to_numpy()].reset_index(drop=True)
     return pd.concat([ids, mp.drop(columns="row")], axis=1).assign(fold=fold.label, n=fold.n)
 
