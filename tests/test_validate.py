@@ -189,3 +189,50 @@ def test_heldout_metric_scores_on_the_real_sweeps():
         assert s["rows"] == len(test) == 22
         assert 0.7 <= s["cov90"] <= 1.0, (name, s)
         assert 0.5 <= s["median_ratio"] <= 2.0, (name, s)
+
+
+class _FakeMetricFit:
+    """A fit stand-in (no sampling): draws around the measured values, for the fold plumbing."""
+
+    metrics = ("ttft_p99",)
+
+    def __init__(self, train, **kw):
+        assert kw["metrics"] == self.metrics and kw["model"] == "sd"
+        self.rng = np.random.default_rng(0)
+
+    def _draws(self, rows, col, scale):
+        y = np.nan_to_num(rows[col].to_numpy(float), nan=1.0)
+        noise = np.exp(scale * self.rng.standard_normal((400, len(y))))
+        return pd.DataFrame(y[None, :] * noise)
+
+    def mean_latency(self, rows, **kw):
+        return self._draws(rows, "latency", 0.01)
+
+    predict = mean_latency
+
+    def log_likelihood(self, rows, **kw):
+        return pd.DataFrame(np.zeros((400, len(rows))))
+
+    def metric(self, rows, name, predictive=False, **kw):
+        return self._draws(rows, name, 0.2 if predictive else 0.01)
+
+    def diagnostics(self):
+        return pd.DataFrame({"r_hat": [1.0], "ess_bulk": [1000.0]})
+
+
+def test_leave_n_out_scores_every_metric_per_fold_without_sampling(monkeypatch):
+    import specbayes.fit
+
+    monkeypatch.setattr(specbayes.fit, "fit", _FakeMetricFit)
+    df = synthetic(noise=0.02)
+    df["ttft_p99"] = 0.1 * df["latency"]
+    df.loc[df.index[::5], "ttft_p99"] = np.nan  # not measured there: skipped for the metric
+    res = validate.leave_n_out(df, model="sd", n=1, repeats=2, methods=("specbayes",),
+                               metrics=("ttft_p99",))  # fmt: skip
+    held = sum(len(res.predictions[res.predictions.fold == f]) for f in res.folds.fold)
+    (row,) = res.metric_overall.to_dict(orient="records")
+    assert row["metric"] == "ttft_p99" and row["folds"] == 2
+    assert 0 < row["rows"] < held  # the unmeasured rows are not scored
+    assert row["cov90"] > 0.9 and row["rel_err"] < 0.05
+    assert len(res.metric_folds) == 2
+    assert {"cell", "fold", "observed", "lo90", "hi90"} <= set(res.metric_predictions)
