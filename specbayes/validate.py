@@ -19,6 +19,12 @@ the *same* folds. Scores per fold and overall:
   predictive intervals (calibrated: close to 0.5 / 0.9; too wide is as wrong as too narrow);
 * PIT values :math:`P(\tilde y \le y)` (uniform when calibrated).
 
+With ``metrics=`` (:mod:`specbayes.model_next.metrics`: TTFT, ITL, latency percentiles per
+point), every fold's fit models them too and each held-out row is scored per metric
+(:func:`metric_predictions`, :func:`metric_scores`): coverage of the 50 % / 90 % predictive
+intervals of a measurement and the relative error of the posterior median of the expected
+statistic. A row without a metric (missing, not positive) is skipped for that metric only.
+
 Folds that cannot be formed (a group with ≤ n cells, a fold without rows) are skipped with a
 stated reason in ``skipped``, never a crash. Folds are independent tasks: serially, or on Dask
 — a local cluster or any cluster by address (:mod:`specbayes.parallel`) — with the same
@@ -48,6 +54,8 @@ __all__ = [
     "heldout_scores",
     "leave_n_out",
     "make_folds",
+    "metric_predictions",
+    "metric_scores",
     "point_prediction",
 ]
 
@@ -181,6 +189,85 @@ def heldout_scores(
     return out
 
 
+def metric_predictions(
+    test: pd.DataFrame, name: str, expected: np.ndarray, predictive: np.ndarray
+) -> pd.DataFrame:
+    """Held-out rows of one metric with its prediction: one row per row measuring ``name``.
+
+    Parameters
+    ----------
+    test : pandas.DataFrame
+        Held-out rows (their ``name`` column is the measurement; rows without it are dropped).
+    name : str
+        The metric column (e.g. ``"ttft_p99"``).
+    expected, predictive : ndarray, shape (sample, row)
+        Draws of the expected statistic and of a measurement of it, one column per row of
+        ``test`` (``NextFit.metric(test, name)`` and ``predictive=True``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``row`` (position in ``test``), ``metric``, ``observed``, ``predicted`` (posterior
+        median of ``expected``), ``lo50, hi50, lo90, hi90`` (central predictive intervals).
+    """
+    y = test[name].to_numpy(float) if name in test else np.full(len(test), np.nan)
+    keep = np.flatnonzero(np.isfinite(y) & (y > 0))
+    ex = np.asarray(expected, dtype=float)[:, keep]
+    pp = np.asarray(predictive, dtype=float)[:, keep]
+    with np.errstate(invalid="ignore"):  # a row past the wall: all draws inf
+        q = np.quantile(pp, [0.25, 0.75, 0.05, 0.95], axis=0) if len(keep) else np.empty((4, 0))
+    return pd.DataFrame(
+        {
+            "row": keep,
+            "metric": name,
+            "observed": y[keep],
+            "predicted": np.median(ex, axis=0) if len(keep) else np.empty(0),
+            "lo50": q[0],
+            "hi50": q[1],
+            "lo90": q[2],
+            "hi90": q[3],
+        }
+    )
+
+
+def metric_scores(preds: pd.DataFrame) -> dict[str, Any]:
+    r"""Scores of one metric's held-out predictions (:func:`metric_predictions`).
+
+    Returns
+    -------
+    dict
+        ``rows``, ``cov50``, ``cov90`` (share of rows inside the 50 % / 90 % predictive
+        interval), ``rel_err`` (mean of :math:`|\hat m / y - 1|` over rows with a finite
+        median) and ``median_ratio`` (median of :math:`\hat m / y`); ``NaN`` without rows.
+    """
+    y = preds["observed"].to_numpy(float)
+    if not len(y):
+        return dict(rows=0, cov50=np.nan, cov90=np.nan, rel_err=np.nan, median_ratio=np.nan)
+    ratio = preds["predicted"].to_numpy(float) / y
+    ratio = ratio[np.isfinite(ratio)]
+    inside = {lv: (y >= preds[f"lo{lv}"]) & (y <= preds[f"hi{lv}"]) for lv in (50, 90)}
+    return dict(
+        rows=len(y),
+        cov50=float(inside[50].mean()),
+        cov90=float(inside[90].mean()),
+        rel_err=float(np.mean(np.abs(ratio - 1))) if len(ratio) else np.nan,
+        median_ratio=float(np.median(ratio)) if len(ratio) else np.nan,
+    )
+
+
+def heldout_metrics(result, test: pd.DataFrame, seed: int | None = None) -> pd.DataFrame:
+    """Every fitted metric of ``result`` predicted on ``test`` (:func:`metric_predictions`,
+    stacked; ``row`` indexes ``test``). Measured rows are conditioned below their wall, as
+    the held-out latency is."""
+    frames = []
+    for name in getattr(result, "metrics", ()):
+        kw = dict(measured=True, seed=seed)
+        ex = result.metric(test, name, **kw).values
+        pp = result.metric(test, name, predictive=True, **kw).values
+        frames.append(metric_predictions(test, name, ex, pp))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def _predictions(fold: Fold, method: str, test: pd.DataFrame, mu, pp=None) -> pd.DataFrame:
     """Held-out rows with their point prediction and (when available) 90 % interval."""
     mu = np.asarray(mu, dtype=float)
@@ -205,12 +292,14 @@ def _run_fold(
     methods: tuple,
     core: str | None,
     priors: dict | None = None,
-) -> tuple[list[dict], list[pd.DataFrame]]:
-    """Fit ``methods`` on ``fold``'s training rows and score its held-out rows (one task)."""
+    metrics: tuple[str, ...] = (),
+) -> tuple[list[dict], list[pd.DataFrame], pd.DataFrame]:
+    """Fit ``methods`` on ``fold``'s training rows and score its held-out rows (one task):
+    scores, predictions and (with ``metrics``) the metrics' held-out predictions."""
     held = fold.mask(data)
     train, test = data[~held], data[held]
     base = dict(fold=fold.label, n=fold.n, repeat=fold.repeat, n_train=len(train), n_test=len(test))
-    rows, preds = [], []
+    rows, preds, mpreds = [], [], pd.DataFrame()
     if "baseline" in methods:
         t0 = time.perf_counter()
         trends = baseline.fit_trends(baseline.fit_cycle_coefficients(train))
@@ -233,7 +322,7 @@ def _run_fold(
         t0 = time.perf_counter()
         result = fit(
             train, model=model, sampler_config=sampler_config, priors=priors, progress=False,
-            core=core,
+            core=core, **({"metrics": metrics} if metrics else {}),
         )  # fmt: skip
         # the next core conditions measured (kept, unsaturated) rows below their wall
         kw = {"measured": True} if isinstance(result, NextFit) else {}
@@ -242,6 +331,8 @@ def _run_fold(
         ll = result.log_likelihood(test, **kw).values
         scores = heldout_scores(test["latency"].to_numpy(), mu, pp, ll)
         preds.append(_predictions(fold, f"specbayes {model}", test, mu, pp))
+        if metrics:
+            mpreds = _label_metrics(heldout_metrics(result, test), fold, test)
         diag = result.diagnostics()
         rows.append(
             {
@@ -255,7 +346,32 @@ def _run_fold(
                 "min_ess_bulk": float(diag["ess_bulk"].min()),
             }
         )
-    return rows, preds
+    return rows, preds, mpreds
+
+
+def _label_metrics(mp: pd.DataFrame, fold: Fold, test: pd.DataFrame) -> pd.DataFrame:
+    """Metric predictions with their fold and the held-out row's identity columns."""
+    if mp.empty:
+        return mp
+    cols = ("verifier", "hardware", "cell", "drafter", "k", "concurrency", "rps")
+    ids = test[[c for c in cols if c in test]]
+    ids = ids.iloc[mp["row"].to_numpy()].reset_index(drop=True)
+    return pd.concat([ids, mp.drop(columns="row")], axis=1).assign(fold=fold.label, n=fold.n)
+
+
+def _metric_tables(mpreds: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (fold, metric) and per (n, metric) scores of the metrics' held-out rows."""
+    if mpreds.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    per_fold = [
+        dict(fold=f, n=n, metric=m, **metric_scores(sub))
+        for (f, n, m), sub in mpreds.groupby(["fold", "n", "metric"], sort=False)
+    ]
+    overall = [
+        dict(n=n, metric=m, folds=sub["fold"].nunique(), **metric_scores(sub))
+        for (n, m), sub in mpreds.groupby(["n", "metric"], sort=False)
+    ]
+    return pd.DataFrame(per_fold), pd.DataFrame(overall)
 
 
 @dataclass
@@ -275,6 +391,11 @@ class LeaveNOut:
     predictions : pandas.DataFrame
         Every held-out row with ``predicted`` (:func:`point_prediction`) and, for specbayes,
         ``lo90, hi90`` (predictive interval), per fold and method.
+    metric_folds, metric_overall : pandas.DataFrame
+        With ``metrics``: per (fold, metric) and per (n, metric) :func:`metric_scores` of
+        specbayes (pooled over the folds' held-out rows); empty otherwise.
+    metric_predictions : pandas.DataFrame
+        Every held-out (row, metric) with :func:`metric_predictions`' columns, per fold.
     """
 
     folds: pd.DataFrame
@@ -282,6 +403,9 @@ class LeaveNOut:
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
     pit: dict = field(default_factory=dict)
     skipped: pd.DataFrame = field(default_factory=pd.DataFrame)
+    metric_folds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    metric_overall: pd.DataFrame = field(default_factory=pd.DataFrame)
+    metric_predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def leave_n_out(
@@ -298,6 +422,7 @@ def leave_n_out(
     progress: bool = False,
     core: str | None = None,
     priors: dict | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> LeaveNOut:
     """Hold out ``n`` cells per (verifier, hardware), fit on the rest, score the held-out rows.
 
@@ -334,7 +459,13 @@ def leave_n_out(
     priors : dict, optional
         Prior overrides of every fold's fit (e.g. the batch curvature,
         ``{"inverse_knee": KNEE_PRIOR}``).
+    metrics : sequence of str, optional
+        Per-point metrics every fold's specbayes fit models too (default core only), scored
+        on the held-out rows per metric (``metric_folds``, ``metric_overall``).
     """
+    from specbayes.model_next.metrics import check_metrics
+
+    metrics = check_metrics(metrics)
     table = sweeps if isinstance(sweeps, SweepTable) else validate_sweeps(sweeps)
     data = table.data.reset_index(drop=True)
     methods = tuple(methods)
@@ -369,6 +500,7 @@ def leave_n_out(
             methods=methods,
             core=core,
             priors=priors,
+            metrics=metrics,
         ),
         scheduler=scheduler,
         workers=n_jobs,
@@ -377,8 +509,11 @@ def leave_n_out(
         unit="fold",
         label=lambda f: f.label,
     )
-    folds_df = pd.DataFrame([r for rs, _ in results for r in rs])
-    preds = [p for _, ps in results for p in ps]
+    folds_df = pd.DataFrame([r for rs, _, _ in results for r in rs])
+    preds = [p for _, ps, _ in results for p in ps]
+    mframes = [m for _, _, m in results if not m.empty]
+    mpreds = pd.concat(mframes, ignore_index=True) if mframes else pd.DataFrame()
+    metric_folds, metric_overall = _metric_tables(mpreds)
     predictions = pd.concat(preds, ignore_index=True) if preds else pd.DataFrame()
     pit = {}
     overall = []
@@ -413,4 +548,7 @@ def leave_n_out(
         predictions=predictions,
         pit=pit,
         skipped=skipped_df,
+        metric_folds=metric_folds,
+        metric_overall=metric_overall,
+        metric_predictions=mpreds,
     )

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from specbayes.commands import nonneg_int, positive_int, positive_int_list
+from specbayes.commands.fit import metric_list
 from specbayes.parallel import SCHEDULER_HELP, scheduler_arg
 
 
@@ -51,6 +52,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="every fit with the batch curvature of `specbayes fit --curvature`",
     )
+    p.add_argument(
+        "--metrics",
+        type=metric_list,
+        default=None,
+        metavar="NAMES",
+        help="comma-separated per-point metrics (as `specbayes fit --metrics`, e.g. "
+        "ttft_p99,itl_p50) every fit models too; the held-out rows are scored per metric "
+        "(50/90 %% predictive coverage, relative error of the median)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.set_defaults(func=run)
@@ -79,7 +89,9 @@ def in_sample_checks(result) -> dict:
     import numpy as np
 
     out: dict = {}
-    loo = az.loo(result.idata, pointwise=True)
+    # the mean latency's observed variable (a fit with metrics has ``log_metric`` too)
+    (name,) = [v for v in result.idata.observed_data.data_vars if v != "log_metric"]
+    loo = az.loo(result.idata, pointwise=True, var_name=name)
     k = np.asarray(loo.pareto_k).ravel()
     out.update(
         elpd_loo=float(loo.elpd_loo),
@@ -89,13 +101,28 @@ def in_sample_checks(result) -> dict:
         n_obs=int(k.size),
     )
     out["bfmi_min"] = float(np.min(az.bfmi(result.idata)))
-    (name,) = result.idata.observed_data.data_vars  # the model's observed variable
-    pp = result.idata.posterior_predictive[name].stack(sample=("chain", "draw"))
-    y = result.idata.observed_data[name].to_numpy()
-    lo, hi = np.quantile(pp.to_numpy(), [0.05, 0.95], axis=-1)
-    out["ppc_cov90_in_sample"] = float(np.mean((y >= lo) & (y <= hi)))
+    out["ppc_cov90_in_sample"] = float(np.mean(_inside90(result.idata, name)))
+    metrics = tuple(getattr(result, "metrics", ()))
+    if metrics:
+        from specbayes.model_next.metrics import long_table
+
+        which = long_table(result.data, metrics)["metric"].to_numpy()
+        inside = _inside90(result.idata, "log_metric")
+        out["metric_ppc_cov90_in_sample"] = {
+            m: float(np.mean(inside[which == j])) for j, m in enumerate(metrics)
+        }
     out["pareto_k"] = k
     return out
+
+
+def _inside90(idata, name: str):
+    """Whether each observation of ``name`` lies in its central 90 % predictive interval."""
+    import numpy as np
+
+    pp = idata.posterior_predictive[name].stack(sample=("chain", "draw"))
+    y = idata.observed_data[name].to_numpy()
+    lo, hi = np.quantile(pp.to_numpy(), [0.05, 0.95], axis=-1)
+    return (y >= lo) & (y <= hi)
 
 
 def _config(args: argparse.Namespace) -> dict:
@@ -123,9 +150,18 @@ def _write(out: Path, res, checks: dict, pareto_k) -> int:
             res.overall.to_csv(tmp / "overall.csv", index=False)
             res.predictions.to_csv(tmp / "heldout_predictions.csv", index=False)
             res.skipped.to_csv(tmp / "skipped.csv", index=False)
+            if not res.metric_overall.empty:
+                res.metric_folds.to_csv(tmp / "metric_folds.csv", index=False)
+                res.metric_overall.to_csv(tmp / "metric_overall.csv", index=False)
+                res.metric_predictions.to_csv(tmp / "metric_predictions.csv", index=False)
             (tmp / "in_sample.json").write_text(dumps(checks))
             (tmp / "overall.json").write_text(
-                dumps({"overall": res.overall.to_dict(orient="records")})
+                dumps(
+                    {
+                        "overall": res.overall.to_dict(orient="records"),
+                        "metrics": res.metric_overall.to_dict(orient="records"),
+                    }
+                )
             )
             for name, fig in figs.items():
                 fig.savefig(tmp / name, dpi=110)
@@ -133,6 +169,22 @@ def _write(out: Path, res, checks: dict, pareto_k) -> int:
         for fig in figs.values():
             plt.close(fig)
     return len(figs)
+
+
+def check_metric_args(args: argparse.Namespace, table) -> None:
+    """``--metrics`` runs on the default core, on columns the data carry (one line)."""
+    metrics = getattr(args, "metrics", None) or ()
+    if metrics and args.core == "legacy":
+        raise ValueError(
+            "--metrics: the per-point metric models are on the default core only — drop "
+            "--core legacy (and use --model dense or sd)"
+        )
+    missing = [m for m in metrics if m not in table.data]
+    if missing:
+        raise ValueError(
+            f"--metrics {','.join(missing)}: no such column in {args.data} — name only the "
+            "metrics the data carry"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     cfg = _config(args)
     table = validate_sweeps(_load(args.data), allow_unknown_alpha=True)
+    check_metric_args(args, table)
     check_level(table, args.model, args.data)  # before the folds' progress bars
     print(f"{table.summary()}; leave-out n = {args.leave_out}, {args.repeats} folds each")
     methods = ("specbayes",) if args.no_baseline else ("specbayes", "baseline")
@@ -163,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         core=args.core,
         priors=priors,
+        metrics=args.metrics,
     )
     if res.folds.empty:
         reasons = (
@@ -177,11 +231,15 @@ def run(args: argparse.Namespace) -> int:
     if len(res.skipped):
         print("\n== skipped")
         print(res.skipped.to_string(index=False))
+    if not res.metric_overall.empty:
+        print("\n== held-out metrics (pooled over folds)")
+        print(res.metric_overall.to_string(index=False, float_format="{:.4g}".format))
 
+    metric_kw = {"metrics": args.metrics} if args.metrics else {}
     print("\nfitting all rows for in-sample checks …")
     full = fit(
         table, model=args.model, sampler_config=cfg, priors=priors,
-        progress=not args.quiet, core=args.core,
+        progress=not args.quiet, core=args.core, **metric_kw,
     )  # fmt: skip
     checks = in_sample_checks(full)
     pareto_k = checks.pop("pareto_k")
