@@ -182,7 +182,7 @@ def metric_likelihood(design, pr: dict, metrics: tuple[str, ...], log_c1, log_c2
     )
     # the spread of a share across configurations is a prior constant per family: with a
     # handful of sweeps per arm a learned spread mixed slowly in every form tried (centred,
-    # non-centred, per family; bulk ESS 260-440 on data/real, benchmarks/metric_validation.md)
+    # non-centred, per family; bulk ESS 260-520 on data/real, benchmarks/metric_model.md)
     tau = np.array([pr["metric_tau"][family(name)] for name in metrics])
     log_rho = pm.Normal(
         "metric_log_share",
