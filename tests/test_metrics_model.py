@@ -144,3 +144,13 @@ def test_metric_fit_on_the_real_sweeps_is_healthy_and_consistent(tmp_path):
     assert np.isfinite(loo.elpd_loo)
     stored = loaded.idata.posterior_predictive["log_metric"].values
     assert np.isfinite(stored).all()
+
+
+def test_a_row_takes_its_sweep_or_the_nearest_alpha_of_its_workload_drafter_and_k():
+    from specbayes.model_next.metrics import nearest_sweep
+
+    sweeps = ["v|d|h|c|k=3|alpha=0.6", "v|d|h|c|k=3|alpha=0.8", "v|none|h|c|k=0|alpha=-"]
+    configs = ["v|d|h|c|k=3|alpha=0.8", "v|d|h|c|k=3|alpha=0.65", "v|d|h|c|k=5|alpha=0.8",
+               "v|none|h|c|k=0|alpha=-"]  # fmt: skip
+    got = nearest_sweep(sweeps, np.array([0.6, 0.8, np.nan]), configs, [0.8, 0.65, 0.8, np.nan])
+    assert got.tolist() == [1, 0, -1, 2]

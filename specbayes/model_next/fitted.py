@@ -28,7 +28,6 @@ draw, so saturation of new loads is a probability over draws.
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from specbayes.model_next.metrics import (
     log_metric_mean,
     log_unit,
     log_width,
+    nearest_sweep,
     share_draws,
     stored_groups,
     student_noise,
@@ -604,14 +604,7 @@ class NextFit:
         fresh deviation, one per configuration."""
         rows = self._rows(rows)
         d = self.design
-        sweep_of = pd.Index(d.coords["sweep"]).get_indexer(rows["_config"])
-        strip = r"\|alpha=[^|]*$"
-        fitted = pd.Series(d.coords["sweep"]).str.replace(strip, "", regex=True)
-        for i in np.flatnonzero(sweep_of < 0):
-            same = np.flatnonzero(fitted == re.sub(strip, "", rows.at[i, "_config"]))
-            if len(same):
-                gap = np.abs(np.nan_to_num(d.alpha[same] - rows.at[i, "alpha"], nan=0.0))
-                sweep_of[i] = same[np.argmin(gap)]
+        sweep_of = nearest_sweep(d.coords["sweep"], d.alpha, rows["_config"], rows["alpha"])
         rng = np.random.default_rng([self.seed if seed is None else seed, 19])
         arm = (rows["k"] > 0).to_numpy(int)
         tau = merge_priors(self.config.get("priors"))["metric_tau"][family(name)]

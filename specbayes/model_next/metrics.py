@@ -207,6 +207,23 @@ def metric_likelihood(design, pr: dict, metrics: tuple[str, ...], log_c1, log_c2
     )
 
 
+def nearest_sweep(sweeps: list[str], sweep_alpha, configs: pd.Series, alpha) -> np.ndarray:
+    """Index of each row's fitted sweep (-1: none): its own configuration, else the fitted
+    sweep of the same workload, drafter and k with the nearest alpha (a measured alpha's
+    sweep is labelled ``alpha=measured``; the shares scale costs that already carry alpha)."""
+    sweep_of = pd.Index(sweeps).get_indexer(configs)
+    strip = r"\|alpha=[^|]*$"
+    fitted = pd.Series(sweeps).str.replace(strip, "", regex=True).to_numpy()
+    bare = pd.Series(configs).str.replace(strip, "", regex=True).to_numpy()
+    alpha = np.asarray(alpha, dtype=float)
+    for i in np.flatnonzero(sweep_of < 0):
+        same = np.flatnonzero(fitted == bare[i])
+        if len(same):
+            gap = np.abs(np.nan_to_num(np.asarray(sweep_alpha)[same] - alpha[i], nan=0.0))
+            sweep_of[i] = same[np.argmin(gap)]
+    return sweep_of
+
+
 def share_draws(post, metrics: tuple[str, ...], name: str, sweep_of, arm, configs, rng, tau: float):
     r"""(sample, term, row) draws of :math:`\log\rho_a, \log\rho_b` of metric ``name``.
 
