@@ -84,6 +84,21 @@ COLUMNS: dict[str, dict[str, str]] = {
     },
 }
 COLUMNS["replicas"] = {**COLUMNS["capacity"], "replicas": "replicas"}
+COLUMNS["metric_speedup"] = {
+    **{c: COLUMNS["speedup"][c] for c in ("rps", "concurrency", "median", "lo", "hi")},
+    "p_faster": "P(SD faster)",
+}
+COLUMNS["metric_break_even"] = {
+    "metric": "metric",
+    "rps_median": "break-even median (req/s)",
+    "rps_lo": "90% lo",
+    "rps_hi": "90% hi",
+    "concurrency_median": "break-even median (streams)",
+    "concurrency_lo": "90% lo",
+    "concurrency_hi": "90% hi",
+    "p_cross": "P(SD stops paying in the grid)",
+    "p_sd_faster_at_lightest": "P(SD faster at the lightest load)",
+}
 
 TITLES = {
     "speedup": "speedup over dense vs load (L_dense / L_SD)",
@@ -92,6 +107,8 @@ TITLES = {
     "k_table": "best draft length per (alpha, load); k = 0 is dense",
     "capacity": "capacity: highest load meeting the SLO",
     "replicas": "replicas to carry the total load under the SLO",
+    "metric_speedup": "speedup over dense on the chosen metric (metric_dense / metric_SD)",
+    "metric_break_even": "where SD stops paying on the chosen metric",
 }
 #: Titles of the closed-loop view (N streams in flight in both arms), where they differ.
 TITLES_CLOSED = {
@@ -160,6 +177,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "models (`specbayes fit --metrics`), e.g. ttft_p99=2,itl_p99=0.05 (latency = the mean)",
     )
     p.add_argument("--prob", type=probability, default=0.9, help="P all SLOs must be met")
+    p.add_argument(
+        "--metric",
+        metavar="NAME",
+        help="also the speedup and break-even on this modelled metric (e.g. ttft_p99, "
+        "itl_p50: `specbayes fit --metrics`), at the same loads",
+    )
     p.add_argument(
         "--total-rps",
         type=positive_float,
@@ -314,6 +337,11 @@ def _tables(fit, arm, args, closed: bool = False) -> dict:
     k_arm = arm if arm.alpha is not None else replace(arm, alpha=0.75)
     alphas = args.alphas or ([arm.alpha] if arm.alpha is not None else [0.6, 0.75, 0.9])
     tables["k_table"] = plan.optimal_k(fit, k_arm, alphas, ks=args.ks, **load)
+    if args.metric is not None:
+        from specbayes.metric_plan import metric_speedup
+
+        out = metric_speedup(fit, arm, args.metric, **load)
+        tables["metric_speedup"], tables["metric_break_even"] = out["speedup"], out["break_even"]
     if args.slo is not None:
         ks = sorted({*args.ks, arm.k})  # the arm's own k is always answered about
         cap = dict(prob=args.prob, ks=ks, slo=args.slo)
