@@ -296,9 +296,16 @@ def _client(scheduler: Any, workers: int | None) -> Iterator[Any]:
 
 
 def _run_distributed(client, fn, tasks, common, done) -> None:
+    import numpy as np
+    import pandas as pd
     from distributed import as_completed
 
-    shared = {k: client.scatter(v, broadcast=True) for k, v in common.items()}
+    # the data go to every worker once; small arguments travel with each task (scatter
+    # takes a tuple or list as many objects, and an empty one fails)
+    shared = {
+        k: client.scatter(v, broadcast=True) if isinstance(v, pd.DataFrame | np.ndarray) else v
+        for k, v in common.items()
+    }
     # pure=False: tasks whose arguments tokenize alike are still distinct tasks
     futures = [client.submit(fn, task, pure=False, **shared) for task in tasks]
     index = {f.key: i for i, f in enumerate(futures)}

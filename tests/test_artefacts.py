@@ -41,9 +41,11 @@ def test_validate_writes_strict_json(tmp_path, monkeypatch):
         monkeypatch.setattr(plots, name, lambda *a, **k: plt.figure())
     overall = pd.DataFrame({"method": ["specbayes", "baseline"], "r2": [0.99, np.nan],
                             "elpd": [-np.inf, 1.0]})  # fmt: skip
+    empty = pd.DataFrame()
     res = SimpleNamespace(
-        folds=overall, overall=overall, predictions=overall, skipped=overall.iloc[:0], pit={}
-    )
+        folds=overall, overall=overall, predictions=overall, skipped=overall.iloc[:0], pit={},
+        metric_folds=empty, metric_overall=empty, metric_predictions=empty,
+    )  # fmt: skip
     checks = {"elpd_loo": np.nan, "bfmi_min": np.float64(np.inf), "n_obs": np.int64(4)}
     validate._write(tmp_path / "v", res, checks, np.array([0.1, np.nan]))
     in_sample = strict((tmp_path / "v" / "in_sample.json").read_text())
