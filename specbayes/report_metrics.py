@@ -21,6 +21,7 @@ import pandas as pd
 
 from specbayes import plan
 from specbayes.intervals import INTERVAL_PROB
+from specbayes.model_next.design import configuration_key
 from specbayes.slo import MEAN_LATENCY, check_slo
 
 __all__ = [
@@ -124,11 +125,13 @@ def metric_points(fit: Any, arm: plan.Arm, closed: bool) -> pd.DataFrame:
 
 def _nearest_sweep(sd: pd.DataFrame, alpha: float | None) -> pd.Series:
     """Mask of the SD rows of the sweep whose alpha is nearest ``alpha`` (all when unknown)."""
-    key = "sweep" if "sweep" in sd else "alpha"
     if alpha is None or "alpha" not in sd or sd.empty or sd["alpha"].isna().all():
         return pd.Series(True, index=sd.index)
-    gap = (sd.groupby(key)["alpha"].transform("mean") - alpha).abs()
-    return gap == gap.min()
+    # one configuration whatever its loop mode: a GuideLLM sweep's synchronous point
+    # (closed loop, N = 1) belongs with its open-loop rates
+    key = configuration_key(sd) if "sweep" in sd else sd["alpha"]
+    gap = (sd["alpha"].groupby(key).transform("mean") - alpha).abs()
+    return gap <= gap.min() + 1e-9  # means of equal alphas differ in the last bit
 
 
 def load_grid(fit: Any, arm: plan.Arm, closed: bool, top_rps: float) -> np.ndarray:

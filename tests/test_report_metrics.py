@@ -6,6 +6,7 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 from conftest import DrawsFit, law_rows
@@ -151,3 +152,19 @@ def test_report_of_a_real_fit_with_metrics(tmp_path):
     for name in ("ttft_p50", "ttft_p99", "itl_p50"):
         assert f"(`{name}`): dense at N = " in summary
     assert "Capacity under all these SLOs at once (ttft_p99 ≤ 1 s, itl_p50 ≤ 12 ms" in summary
+
+
+def test_the_measured_sd_sweep_keeps_its_synchronous_point_and_every_rate():
+    """A GuideLLM sweep's closed-loop N = 1 point and its open-loop rates are one
+    configuration: all its rows are the arm's points (their alpha means differ in the last
+    bit: 0.7 vs 0.7000000000000001)."""
+    from specbayes.report_metrics import _nearest_sweep
+
+    base = "v|d|h|c|k=5|alpha=0.7"
+    sd = pd.DataFrame(
+        {
+            "alpha": [0.7] * 9 + [0.8],
+            "sweep": [f"{base}|closed"] + [f"{base}|open"] * 8 + ["v|d|h|c|k=5|alpha=0.8|open"],
+        }
+    )
+    assert _nearest_sweep(sd, 0.7).tolist() == [True] * 9 + [False]
