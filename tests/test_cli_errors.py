@@ -271,6 +271,7 @@ CASES = [
     ("plan-slo-nan", "plan fit.nc --slo nan", "finite", []),
     ("plan-slo-metric", "plan fit.nc --slo ttft_p99=1", "--metrics ttft_p99", []),
     ("plan-metric-unmodelled", "plan fit.nc --metric itl_p99", "--metrics itl_p99", []),
+    ("fit-metrics-empty", "fit good.csv --out f.nc --metrics ,", "names no metric", []),
     ("plan-alphas-empty", "plan fit.nc --alphas ,", "--alphas", []),
     ("plan-ks-fraction", "plan fit.nc --ks 1.5", "--ks", []),
     ("plan-rps-inf", "plan fit.nc --rps inf", "--rps", []),

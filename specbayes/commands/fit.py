@@ -108,8 +108,13 @@ def metric_list(text: str) -> tuple[str, ...]:
     """``--metrics a,b``: the names, checked against the metric model's columns."""
     from specbayes.model_next.metrics import check_metrics
 
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names no metric — give one or more, e.g. ttft_p99,itl_p50"
+        )
     try:
-        return check_metrics([t.strip() for t in text.split(",") if t.strip()])
+        return check_metrics(names)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
