@@ -20,15 +20,15 @@ import pandas as pd
 from specbayes.intervals import INTERVAL_PROB, summarize
 from specbayes.plan import Arm
 
-__all__ = ["metric_draws", "metric_speedup"]
+__all__ = ["arm_rows", "metric_draws", "metric_speedup"]
 
 
-def _rows(arm: Arm, load: str, values: np.ndarray) -> pd.DataFrame:
+def arm_rows(arm: Arm, load: str, values: Any) -> pd.DataFrame:
+    """``arm`` as rows in the sweep schema, one per load (``"rps"`` or ``"concurrency"``):
+    what ``fit.metric`` and ``fit.mean_latency`` evaluate (a row without ``concurrency`` is
+    open loop)."""
     rows = pd.concat([arm.row()] * len(values), ignore_index=True)
-    rows[load] = values
-    if load == "rps":
-        rows["concurrency"] = np.nan
-    return rows
+    return rows.assign(**{load: np.asarray(values, dtype=float)})
 
 
 def metric_draws(fit: Any, arm: Arm, name: str, load: str, values: Any) -> np.ndarray:
@@ -39,7 +39,7 @@ def metric_draws(fit: Any, arm: Arm, name: str, load: str, values: Any) -> np.nd
         raise ValueError(f"load must be 'rps' or 'concurrency'; got {load!r}")
     if not (values.ndim == 1 and len(values) and np.all(np.isfinite(values) & (values >= 0))):
         raise ValueError(f"{load}: give one or more finite loads >= 0")
-    return np.asarray(fit.metric(_rows(arm, load, values), name).values, dtype=float)
+    return np.asarray(fit.metric(arm_rows(arm, load, values), name).values, dtype=float)
 
 
 def metric_speedup(
@@ -72,12 +72,6 @@ def metric_speedup(
         The arm is dense, the fit does not model ``name`` (from ``fit.metric``), or not
         exactly one load grid is given.
     """
-    modelled = tuple(getattr(fit, "metrics", ()))
-    if name not in modelled:
-        raise ValueError(
-            f"{name!r} is not modelled by this fit (metrics: {list(modelled) or 'none'}) — "
-            f"refit with `specbayes fit DATA --metrics {name}`"
-        )
     if arm.k == 0:
         raise ValueError("metric_speedup compares an SD arm (k >= 1) with dense decoding")
     if (rps is None) == (concurrency is None):

@@ -21,6 +21,7 @@ import pandas as pd
 
 from specbayes import plan
 from specbayes.intervals import INTERVAL_PROB
+from specbayes.metric_plan import arm_rows
 from specbayes.model_next.design import configuration_key
 from specbayes.slo import MEAN_LATENCY, check_slo
 
@@ -79,11 +80,6 @@ def _arms(arm: plan.Arm) -> dict[int, plan.Arm]:
     return {0: replace(arm, k=0, alpha=None, drafter=None), arm.k: arm}
 
 
-def _rows(arm: plan.Arm, load: str, values: np.ndarray) -> pd.DataFrame:
-    rows = pd.concat([arm.row()] * len(values), ignore_index=True)
-    return rows.assign(**{load: np.asarray(values, dtype=float)})
-
-
 def _quantiles(draws: np.ndarray) -> tuple[np.ndarray, ...]:
     """(median, lo, hi) per row of (sample, row) draws (``inf`` draws kept: past the wall)."""
     tail = (1 - INTERVAL_PROB) / 2
@@ -97,7 +93,7 @@ def metric_curves(fit: Any, arm: plan.Arm, loads: np.ndarray, closed: bool) -> p
     load = "concurrency" if closed else "rps"
     out = []
     for k, a in _arms(arm).items():
-        rows = _rows(a, load, loads)
+        rows = arm_rows(a, load, loads)
         for name in fit.metrics:
             med, lo, hi = _quantiles(np.asarray(fit.metric(rows, name)))
             _, plo, phi = _quantiles(np.asarray(fit.metric(rows, name, predictive=True)))
