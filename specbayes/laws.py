@@ -41,6 +41,8 @@ __all__ = [
     "effective_curvature",
     "expected_tokens",
     "expert_coverage",
+    "knee_costs",
+    "knee_latency",
     "latency",
     "latency_sensitivities",
     "log_headroom",
@@ -241,7 +243,15 @@ def alpha_from_acceptance_length(length: Any, k: Any) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def latency(rps: Any, c1: Any, c2: Any, c3: Any = 0.0, *, wall_softness: float = 0.0) -> Any:
+def latency(
+    rps: Any,
+    c1: Any,
+    c2: Any,
+    c3: Any = 0.0,
+    *,
+    knee: tuple[Any, Any] | None = None,
+    wall_softness: float = 0.0,
+) -> Any:
     r"""Mean latency of an open-loop (fixed request rate) server.
 
     From :math:`L = C_1 + B C_2` and Little's law :math:`B = \lambda L`:
@@ -272,6 +282,9 @@ def latency(rps: Any, c1: Any, c2: Any, c3: Any = 0.0, *, wall_softness: float =
         Load-dependent cost :math:`C_2` (s per concurrent request).
     c3 : array_like, default 0
         Batch curvature :math:`C_3` (s per concurrent request squared).
+    knee : (batch, slope), optional
+        A knee instead of a curvature: the per-request cost grows by ``slope`` past ``batch``
+        requests (:func:`knee_latency`).
     wall_softness : float, default 0
         The curved wall as a smooth plateau (model graphs only; see :func:`log_headroom`).
 
@@ -280,6 +293,8 @@ def latency(rps: Any, c1: Any, c2: Any, c3: Any = 0.0, *, wall_softness: float =
     ndarray
         ``L`` in seconds; ``inf`` where saturated (``rps >= saturation_rps``). Never negative.
     """
+    if knee is not None:
+        return knee_latency(rps, c1, c2, *knee)
     xp = _namespace(rps, c1, c2, c3)
     with _quiet(xp):
         head, feasible = _open_headroom(rps, c1, c2, c3, xp, wall_softness)
@@ -369,18 +384,36 @@ def _zero_constant(x: Any) -> bool:
     return bool(np.all(np.asarray(x) == 0))
 
 
-def saturation_rps(c1: Any, c2: Any, c3: Any = 0.0) -> Any:
+def saturation_rps(c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | None = None) -> Any:
     r"""The request rate at which an open-loop server saturates (its throughput capacity).
 
     .. math::  \lambda_\mathrm{sat} = \frac{1}{C_2 + 2\sqrt{C_1 C_3}}
 
     (the rate where the discriminant of :func:`latency` vanishes; :math:`1/C_2` without
     curvature). At :math:`\lambda_\mathrm{sat}` the latency is :math:`2C_1/(1 - \lambda C_2)`
-    with curvature and unbounded without.
+    with curvature and unbounded without. With a ``knee`` (:func:`knee_latency`) it is
+    found by bisection (:func:`_knee_saturation`).
     """
+    if knee is not None:
+        return _knee_saturation(c1, c2, *knee)
     xp = _namespace(c1, c2, c3)
     with _quiet(xp):
         return 1.0 / (c2 + 2.0 * xp.sqrt(c1 * c3))
+
+
+def _knee_saturation(c1: Any, c2: Any, batch: Any, slope: Any, iterations: int = 60) -> Any:
+    r"""Saturation rate of :func:`knee_latency`: the headroom falls with the rate, from 1 at
+    zero load to :math:`\le 0` at :math:`1/C_2`; its zero is bracketed there and bisected."""
+    c1, c2, batch, slope = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (c1, c2, batch, slope))
+    )
+    lo, hi = np.zeros(c1.shape), 1.0 / c2
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        with np.errstate(all="ignore"):
+            ok = _knee_headroom(mid, c1, c2, batch, slope, np)[1]
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return 0.5 * (lo + hi)
 
 
 def rps_at_latency(target: Any, c1: Any, c2: Any, c3: Any = 0.0) -> np.ndarray:
@@ -408,7 +441,9 @@ def rps_at_latency(target: Any, c1: Any, c2: Any, c3: Any = 0.0) -> np.ndarray:
         return np.where(target >= at_wall, sat, np.minimum(lam, sat))
 
 
-def closed_loop_latency(concurrency: Any, c1: Any, c2: Any, c3: Any = 0.0) -> Any:
+def closed_loop_latency(
+    concurrency: Any, c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | None = None
+) -> Any:
     r"""Mean latency of a closed-loop server with ``N`` requests always in flight.
 
     .. math::  L(N) = C_1 + N C_2 + N^2 C_3
@@ -424,12 +459,19 @@ def closed_loop_latency(concurrency: Any, c1: Any, c2: Any, c3: Any = 0.0) -> An
         Load-independent and load-dependent costs (s, s per request).
     c3 : array_like, default 0
         Batch curvature (s per request squared).
+    knee : (batch, slope), optional
+        A knee instead: :math:`+\ \Delta\max(0, N - B_K)`, smoothed as in
+        :func:`knee_latency`.
 
     Returns
     -------
     ndarray
         ``L`` in seconds.
     """
+    if knee is not None:
+        batch, slope = knee
+        xp = _namespace(concurrency, c1, c2, batch, slope)
+        return c1 + concurrency * c2 + slope * _knee_past(concurrency, batch, xp)
     return c1 + concurrency * (c2 + concurrency * c3)
 
 
@@ -452,6 +494,110 @@ def concurrency_at_latency(target: Any, c1: Any, c2: Any, c3: Any = 0.0) -> np.n
         return 2.0 * excess / (c2 + np.sqrt(c2 * c2 + 4.0 * c3 * excess))
 
 
+def knee_latency(rps: Any, c1: Any, c2: Any, batch: Any, slope: Any) -> Any:
+    r"""Mean open-loop latency of the law with a knee in the batch.
+
+    Past a batch of :math:`B_K` requests each further request costs :math:`\Delta` more
+    (a pass turning compute-bound, :func:`knee_costs`). With a sharp knee,
+    :math:`L = C_1 + B C_2 + \Delta\max(0, B - B_K)` and :math:`B = \lambda L` give the law's
+    own solution below the knee and the law of the steeper line past it,
+
+    .. math::
+
+        h = \frac{C_1}{L} = f - \frac{\Delta f\,\max(0, B_f - B_K)}{C_1 - \Delta B_K},
+        \qquad f = 1 - \lambda C_2, \quad B_f = \frac{\lambda C_1}{f}
+
+    (:math:`B_f` is the batch of the law without the knee; below the knee :math:`h = f`,
+    past it :math:`h = (f - \lambda\Delta)/(1 - \Delta B_K/C_1)`). A server's batch is not
+    fixed: it fluctuates about its mean by about :math:`\sqrt B` requests (Poisson
+    arrivals), so its mean cost turns over that width. The knee here is smoothed so:
+    :math:`\max(0, x)` becomes :math:`s\,\mathrm{softplus}(x/s)`,
+    :math:`s = \sqrt{B_K}` — the same smoothing in both loops
+    (:func:`closed_loop_latency`), and a posterior without the multimodality of a sharp
+    knee that moves between the measured batches. ``inf`` where :math:`h \le 0` (saturated,
+    :func:`saturation_rps`).
+
+    Parameters
+    ----------
+    rps, c1, c2 : array_like or tensor
+        As :func:`latency`.
+    batch, slope : array_like or tensor
+        Knee batch :math:`B_K` (requests, finite) and extra cost per request past it
+        :math:`\Delta` (s per request).
+    """
+    xp = _namespace(rps, c1, c2, batch, slope)
+    with _quiet(xp):
+        head, feasible = _knee_headroom(rps, c1, c2, batch, slope, xp)
+        return xp.where(feasible, c1 / xp.where(feasible, head, 1.0), np.inf)
+
+
+#: Width of the knee's turn in units of :math:`\sqrt{B_K}` (:func:`knee_latency`).
+KNEE_WIDTH = 1.0
+
+
+def _knee_past(load: Any, batch: Any, xp: ModuleType) -> Any:
+    r"""The smoothed :math:`\max(0, B - B_K)`: :math:`s\,\mathrm{softplus}((B - B_K)/s)`,
+    :math:`s = \sqrt{B_K}` (:func:`knee_latency`)."""
+    width = KNEE_WIDTH * xp.sqrt(batch)
+    u = (load - batch) / width
+    soft = xp.softplus(u) if not _is_numpy(xp) else np.logaddexp(0.0, u)
+    return width * soft
+
+
+def _knee_headroom(
+    rps: Any, c1: Any, c2: Any, batch: Any, slope: Any, xp: ModuleType
+) -> tuple[Any, Any]:
+    r"""Headroom :math:`h = C_1/L` of :func:`knee_latency` and where it exists
+    (:math:`f > 0` and :math:`h > 0`). The raw value is returned everywhere (negative past
+    the wall) for :func:`_log_soft_floor`. Where :math:`\Delta B_K \ge C_1` the steeper
+    line is saturated as soon as the batch passes the knee; its denominator is floored at a
+    small positive value so that :math:`h` turns negative there, continuously."""
+    free = 1.0 - rps * c2
+    safe = xp.where(free > 0, free, 1.0)
+    shrink = xp.maximum(1.0 - slope * batch / c1, 1e-3)
+    past = _knee_past(rps * c1 / safe, batch, xp)
+    head = xp.where(free > 0, free - slope * safe * past / (c1 * shrink), free)
+    return head, (free > 0) & (head > 0)
+
+
+def _log_soft_floor(head: Any, softness: float, xp: ModuleType) -> Any:
+    r""":math:`\log h` for :math:`h \ge w`, continued below by :math:`\log w + (h - w)/w`
+    (the log of :math:`w\,e^{(h - w)/w}`: value and slope match at :math:`w`): a row past a
+    wall gets a finite, steep log density (model graphs only)."""
+    return xp.where(
+        head >= softness,
+        xp.log(xp.maximum(head, softness)),
+        np.log(softness) + (xp.minimum(head, softness) - softness) / softness,
+    )
+
+
+def knee_costs(knee_tokens: Any, excess: Any, c2v: Any, passes: Any, k: Any) -> tuple[Any, Any]:
+    r"""A configuration's knee :math:`(B_K, \Delta)` from a knee in tokens per pass.
+
+    A verifier pass turns compute-bound at about :math:`K` tokens; it holds :math:`k + 1`
+    tokens of each sequence, so the batch knee is :math:`B_K = K/(k + 1)` — speculation
+    reaches it :math:`k + 1` times sooner. Past it each request adds the compute of its
+    :math:`k + 1` tokens again, a multiple :math:`\kappa` (``excess``) of its verifier cost,
+    on each of the request's :math:`w` passes:
+
+    .. math::  \Delta = \kappa\,(k + 1)\,w\,c_{2v}
+
+    The drafter's passes (one token per sequence) would reach the same knee at
+    :math:`K` requests, beyond the batches served; they are left out.
+
+    Parameters
+    ----------
+    knee_tokens : array_like
+        :math:`K`, tokens per verifier pass.
+    excess : array_like
+        :math:`\kappa \ge 0`.
+    c2v, passes, k : array_like
+        The verifier's per-pass cost per request, the passes per request
+        (:func:`verifier_passes`) and the draft length.
+    """
+    return knee_tokens / (k + 1.0), excess * (k + 1.0) * passes * c2v
+
+
 def log_headroom(
     c1: Any,
     c2: Any,
@@ -460,6 +606,7 @@ def log_headroom(
     closed: Any,
     c3: Any = 0.0,
     *,
+    knee: tuple[Any, Any] | None = None,
     wall_softness: float = 0.0,
 ) -> Any:
     r"""Log headroom :math:`\log h = \log(C_1 / L)` of a row, open or closed loop.
@@ -481,6 +628,9 @@ def log_headroom(
         Which rows are closed loop.
     c3 : array_like, default 0
         Batch curvature (:func:`batch_curvature`).
+    knee : (batch, slope), optional
+        A knee instead of the curvature (:func:`knee_latency`); with ``wall_softness`` the
+        log headroom past its wall is continued by :func:`_log_soft_floor`.
     wall_softness : float, default 0
         With curvature the exact law has a *finite* latency at its wall
         (:func:`saturation_rps`) and none past it: a cliff in any likelihood built on it,
@@ -501,11 +651,17 @@ def log_headroom(
     all_closed = bool(np.all(closed)) if fixed else False
     with _quiet(xp):
         if any_closed:
-            closed_ = xp.log(c1) - xp.log(closed_loop_latency(concurrency, c1, c2, c3))
+            closed_ = xp.log(c1) - xp.log(closed_loop_latency(concurrency, c1, c2, c3, knee=knee))
             if all_closed:
                 return closed_
-        head, feasible = _open_headroom(rps, c1, c2, c3, xp, wall_softness)
-        open_ = xp.where(feasible, xp.log(head), -np.inf)
+        if knee is None:
+            head, feasible = _open_headroom(rps, c1, c2, c3, xp, wall_softness)
+            open_ = xp.where(feasible, xp.log(head), -np.inf)
+        elif wall_softness > 0:
+            open_ = _log_soft_floor(_knee_headroom(rps, c1, c2, *knee, xp)[0], wall_softness, xp)
+        else:
+            head, feasible = _knee_headroom(rps, c1, c2, *knee, xp)
+            open_ = xp.where(feasible, xp.log(head), -np.inf)
         if not any_closed:
             return open_
         return xp.where(closed > 0, closed_, open_)

@@ -182,6 +182,11 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
             "the planner evaluates the sd cycle law; planning with the MoE coverage fixed point "
             "is not built yet — fit the sd model for planning"
         )
+    if "knee_at" in getattr(fit, "idata", {}).get("posterior", {}):
+        raise ValueError(
+            "this fit has the experimental knee (specbayes fit --knee): fit, validate and "
+            "predict take it, the planner not yet — plan on a fit without --knee"
+        )
     # ask for SD rows (k >= 1) so the drafter coefficients are filled; a fit that knows no
     # drafter for this verifier answers for dense rows only
     rows = pd.concat([replace(a, k=max(a.k, 1)).row() for a in arms], ignore_index=True)

@@ -255,3 +255,43 @@ def test_curvature_pooled_open_loop_finite(demo_subset):
     lc2 = _evaluate(model, ["log_c2"], 6)[0]
     ratio = c3 / np.exp(lc2)
     assert np.median(ratio[:, sd]) > np.median(ratio[:, ~sd])
+
+
+# -- the optional knee (priors ``knee``, issue 43) ---------------------------------------------
+def _knee_priors():
+    from specbayes.model_next.priors import KNEE as KNEE_TOKENS
+
+    return {"knee": KNEE_TOKENS}
+
+
+def test_knee_closed_loop_equals_laws(real_case):
+    """With the knee every sweep's (B_K, Delta) is laws.knee_costs of its group's knee and its
+    own verifier cost and passes, and mu is the closed-loop knee law; the noise grows with the
+    utilisation of the law without the knee (``noise_mu``)."""
+    design = build_design(real_case.table)
+    model = build_model(design, _knee_priors())
+    assert model.named_vars_to_dims["knee_at"] == ("group",)
+    names = ["mu", "noise_mu", "log_c1", "log_c2", "knee_batch", "knee_slope", "knee_at"]
+    mu, noise_mu, lc1, lc2, batch, slope, knee_at = _evaluate(model, names, 5)
+    c1, c2 = np.exp(lc1)[:, design.obs_sweep], np.exp(lc2)[:, design.obs_sweep]
+    knee = (batch[:, design.obs_sweep], slope[:, design.obs_sweep])
+    expect = laws.closed_loop_latency(design.load, c1, c2, knee=knee)
+    np.testing.assert_allclose(mu, np.log(expect), rtol=1e-10)
+    np.testing.assert_allclose(noise_mu, np.log(laws.closed_loop_latency(design.load, c1, c2)))
+    # an SD verify pass holds k + 1 tokens per sequence: its batch knee is k + 1 times sooner
+    (dense,) = np.flatnonzero(design.k == 0)
+    (s,) = design.sd
+    np.testing.assert_allclose(batch[:, dense], knee_at[:, 0], rtol=1e-10)
+    np.testing.assert_allclose(batch[:, s], knee_at[:, 0] / (design.k[s] + 1), rtol=1e-10)
+    assert (slope > 0).all()
+
+
+def test_knee_pooled_open_loop_finite(demo_subset):
+    """The pooled structure with the knee: open-loop rows past the knee's wall are finite in
+    the graph (the soft floor), and the prior predictive runs."""
+    design = build_design(demo_subset)
+    model = build_model(design, _knee_priors())
+    prior = pm.sample_prior_predictive(3, model=model, random_seed=6)
+    assert np.isfinite(prior.prior["mu"].values).all()
+    assert np.isfinite(prior.prior_predictive["log_latency"].values).all()
+    assert np.isfinite(model.compile_logp()(model.initial_point()))

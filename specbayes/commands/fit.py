@@ -92,6 +92,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(benchmarks/load_extrapolation.md)",
     )
     p.add_argument(
+        "--knee",
+        action="store_true",
+        help="experimental — a knee: past a batch where a verifier pass turns compute-bound "
+        "(tokens per pass around the GPU's roofline ridge; k + 1 times sooner for an SD "
+        "verify pass) each request costs more (docs/model.md). Fit, validate and predict "
+        "only; the planner does not take such fits yet",
+    )
+    p.add_argument(
         "--metrics",
         type=metric_list,
         default=None,
@@ -314,12 +322,17 @@ def excluded_line(excluded, path: Path) -> str:
 
 
 def curvature_priors(args: argparse.Namespace) -> dict | None:
-    """The prior overrides ``--curvature`` asks for (``None``: the defaults)."""
-    if not getattr(args, "curvature", False):
-        return None
-    from specbayes.model_next.priors import KNEE_PRIOR
+    """The prior overrides ``--curvature`` or ``--knee`` ask for (``None``: the defaults)."""
+    from specbayes.model_next.priors import KNEE, KNEE_PRIOR
 
-    return {"inverse_knee": dict(KNEE_PRIOR)}
+    priors = {}
+    if getattr(args, "curvature", False):
+        priors["inverse_knee"] = dict(KNEE_PRIOR)
+    if getattr(args, "knee", False):
+        if priors:
+            raise SystemExit("--knee and --curvature are two forms of one bend: give one")
+        priors["knee"] = {part: dict(v) for part, v in KNEE.items()}
+    return priors or None
 
 
 def run(args: argparse.Namespace) -> int:

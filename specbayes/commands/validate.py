@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="every fit with the batch curvature of `specbayes fit --curvature`",
     )
     p.add_argument(
+        "--knee", action="store_true", help="every fit with the knee of `specbayes fit --knee`"
+    )
+    p.add_argument(
         "--metrics",
         type=metric_list,
         default=None,

@@ -333,6 +333,13 @@ class NextFit:
                 rows["verifier"] + "|" + rows["hardware"]
             )
             data["knee_tokens"] = (("sample", "row"), knee.values[:, group])
+        post = self._post()
+        if "knee_at" in post:  # the group's knee (``priors["knee"]``)
+            group = pd.Index(d.coords["group"]).get_indexer(
+                rows["verifier"] + "|" + rows["hardware"]
+            )
+            for name in ("knee_at", "knee_excess"):
+                data[name] = (("sample", "row"), post[name].values[:, group])
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
 
     def _unit_coefficients(self, unit: int, row: pd.Series) -> np.ndarray:
@@ -438,11 +445,13 @@ class NextFit:
 
     def _row_costs(
         self, rows: pd.DataFrame, measured: bool, seed: int | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(sample, row) log costs and curvature :math:`C_3` (0 without a knee): the sampled
-        ones of fitted configurations, else from the coefficients plus a fresh sweep
-        deviation (pooled; C2 below the rows' wall when ``measured``) and the group's knee
-        (:func:`specbayes.model_next.graph.sweep_curvature`)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple | None]:
+        """(sample, row) log costs, curvature :math:`C_3` (0 without one) and knee
+        ``(batch, slope)`` (``None`` without one): the sampled ones of fitted configurations,
+        else from the coefficients plus a fresh sweep deviation (pooled; C2 below the rows'
+        wall when ``measured``) and the group's knee
+        (:func:`specbayes.model_next.graph.sweep_curvature`, :func:`~specbayes.model_next.
+        graph.sweep_knee`)."""
         d, post = self.design, self._post()
         sweep_of = pd.Index(d.coords["sweep"]).get_indexer(rows["_config"])
         n = self._n()
@@ -453,6 +462,11 @@ class NextFit:
         log_c2[:, seen] = post["log_c2"].values[:, sweep_of[seen]]
         if "c3" in post:
             c3[:, seen] = post["c3"].values[:, sweep_of[seen]]
+        knee = None
+        if "knee_batch" in post:
+            knee = (np.full((n, len(rows)), np.inf), np.zeros((n, len(rows))))
+            for part, name in zip(knee, ("knee_batch", "knee_slope"), strict=True):
+                part[:, seen] = post[name].values[:, sweep_of[seen]]
         new = rows[~seen]
         if len(new):
             coef = self.coefficients(new, seed)
@@ -467,7 +481,13 @@ class NextFit:
                 c3[:, ~seen] = laws.token_knee_curvature(
                     *parts[3:], decode, alpha, k, coef["knee_tokens"].values
                 )
-        return log_c1, log_c2, c3
+            if knee is not None:
+                passes = laws.verifier_passes(decode, alpha, k)
+                batch, slope = laws.knee_costs(
+                    coef["knee_at"].values, coef["knee_excess"].values, parts[4], passes, k
+                )
+                knee[0][:, ~seen], knee[1][:, ~seen] = batch, slope
+        return log_c1, log_c2, c3, knee
 
     def _sweep_deviation(self, new: pd.DataFrame, loc2, measured: bool, seed: int | None):
         """Deviations of unseen configurations from the decomposition, one per configuration:
@@ -497,15 +517,20 @@ class NextFit:
         """Per row: ``rows`` (completed), ``log_c1``, ``log_c2``, ``mu`` (sample, row; ``mu``
         ``inf`` past the wall), ``load`` and ``closed``."""
         rows = self._rows(rows)
-        log_c1, log_c2, c3 = self._row_costs(rows, measured, seed)
+        log_c1, log_c2, c3, knee = self._row_costs(rows, measured, seed)
         closed = rows["concurrency"].notna().to_numpy()
         if "rps" not in rows and not closed.all():
             raise ValueError("rows need rps (open loop) or concurrency (closed loop)")
         load = np.where(closed, rows["concurrency"], rows.get("rps", np.nan)).astype(float)
         with np.errstate(all="ignore"):
-            mu = log_mean_latency(log_c1, log_c2, load, closed, c3)
+            mu = log_mean_latency(log_c1, log_c2, load, closed, c3, knee=knee)
+            # the noise grows with the utilisation of the law without the knee (graph.py)
+            scale_mu = mu if knee is None else log_mean_latency(log_c1, log_c2, load, closed, c3)
         mu = np.where(np.isnan(mu), np.inf, mu)  # past the wall: unbounded
-        return dict(rows=rows, log_c1=log_c1, log_c2=log_c2, mu=mu, load=load, closed=closed)
+        return dict(
+            rows=rows, log_c1=log_c1, log_c2=log_c2, mu=mu, scale_mu=scale_mu, load=load,
+            closed=closed,
+        )  # fmt: skip
 
     def _log_mu(
         self, rows: pd.DataFrame, measured: bool, seed: int | None
@@ -513,7 +538,7 @@ class NextFit:
         """(sample, row) expected log latency :math:`\\mu` (``inf`` past the wall) and the
         rows' noise scale :math:`\\sigma (1 - x)^{-\\gamma}`."""
         st = self._row_state(rows, measured, seed)
-        return st["mu"], self._row_sigma(st["mu"], st["log_c1"])
+        return st["mu"], self._row_sigma(st["scale_mu"], st["log_c1"])
 
     def _row_sigma(self, mu: np.ndarray, log_c1: np.ndarray) -> np.ndarray:
         post = self._post()
@@ -698,8 +723,11 @@ class NextFit:
 
         d, post = self.design, self.idata.posterior
         mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
+        scale_mu = post["noise_mu"].values if "noise_mu" in post else mu  # the knee's (graph.py)
         log_w = log_row_scale(
-            mu, post["log_c1"].values[..., d.obs_sweep], post["noise_growth"].values[..., None]
+            scale_mu,
+            post["log_c1"].values[..., d.obs_sweep],
+            post["noise_growth"].values[..., None],
         )
         sigma = post["sigma"].values[..., None] * np.exp(log_w)
         rng = np.random.default_rng([self.seed, 1])
@@ -759,7 +787,7 @@ class NextFit:
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        drop = ["mu", *NATURAL_SCALE]
+        drop = ["mu", "noise_mu", *NATURAL_SCALE]
         slim = slim_fit_artefact(self.idata, _ANSWER_VARIABLES, drop=drop)
         return write_fit_netcdf(slim, path)
 
@@ -769,8 +797,8 @@ class NextFit:
 _ANSWER_VARIABLES = (
     "log_c1", "log_c2", "log_coef", "log_coef_draft", "unit_coef", "coefficients", "coef_mu",
     "coef_mu_draft", "trend", "cell_sd", "tau", "noise_growth", "sigma", "alpha",
-    "tokens_per_cycle", "c3", "knee_tokens", "metric_log_share", "metric_share_mu",
-    "metric_sigma",
+    "tokens_per_cycle", "c3", "knee_tokens", "knee_at", "knee_excess", "knee_batch", "knee_slope",
+    "metric_log_share", "metric_share_mu", "metric_sigma",
 )  # fmt: skip
 
 

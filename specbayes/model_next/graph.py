@@ -80,22 +80,36 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
             log_c1, log_c2, split = pooled_costs(design, pr)
         log_c1 = pm.Deterministic("log_c1", log_c1, dims="sweep")
         log_c2 = pm.Deterministic("log_c2", log_c2, dims="sweep")
-        # the batch curvature, where the priors ask for it (``inverse_knee``)
+        # the batch curvature (``inverse_knee``) or the knee (``knee``), where the priors ask
         c3, softness = sweep_curvature(design, pr, *split), pr["wall_softness"]
         c3_row = 0.0 if c3 is None else c3[sweep]
+        knee = sweep_knee(design, pr, *split)
+        knee_row = None if knee is None else (knee[0][sweep], knee[1][sweep])
 
         # likelihood: the latency law, multiplicative noise of scale sigma (1 - x)^-growth with
         # sigma^2 ~ IG(a, b) integrated out (drawn from its exact conditional after sampling)
         mu = pm.Deterministic(
             "mu",
-            log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed, c3_row, softness),
+            log_mean_latency(
+                log_c1[sweep], log_c2[sweep], load, closed, c3_row, softness, knee=knee_row
+            ),
             dims="obs",
         )
         growth = pm.HalfNormal("noise_growth", **pr["noise_growth"], **_growth_axis(design))
+        # the noise grows with the utilisation of the law without the knee: a row placed past
+        # the knee's wall must not buy itself a wide noise (the law's own wall is a prior
+        # bound, the knee's is not)
+        scale_mu = mu
+        if knee is not None:
+            scale_mu = pm.Deterministic(
+                "noise_mu",
+                log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed, c3_row, softness),
+                dims="obs",
+            )
         pm.CustomDist(
             "log_latency",
             mu,
-            log_row_scale(mu, log_c1[sweep], growth),
+            log_row_scale(scale_mu, log_c1[sweep], growth),
             pt.as_tensor(np.float64(pr["noise"]["alpha"])),
             pt.as_tensor(np.float64(pr["noise"]["beta"])),
             logp=collapsed_logp,
@@ -242,6 +256,40 @@ def sweep_curvature(design: Design, pr: dict, c2p, c2v, c2d, passes):
         c2p, c2v, c2d, design.decode, None, design.k, knee[group], passes=passes
     )
     return pm.Deterministic("c3", c3, dims="sweep")
+
+
+def sweep_knee(design: Design, pr: dict, c2p, c2v, c2d, passes):
+    r"""Each sweep's knee :math:`(B_K, \Delta)`, or ``None`` without the ``knee`` prior.
+
+    .. math::
+
+        \log(K_g/R_{h(g)}) \sim \mathcal N(m_K, s_K), \qquad
+        \log\kappa_g \sim \mathcal N(m_\kappa, s_\kappa), \qquad
+        (B_{K,s}, \Delta_s) = \mathrm{knee\_costs}(K_{g(s)}, \kappa_{g(s)}, c_{2v,s}, w_s, k_s)
+
+    one knee in tokens per verifier pass :math:`K_g` and one excess :math:`\kappa_g` per
+    (verifier, hardware), around the GPU's roofline ridge :math:`R`
+    (:func:`specbayes.model_next.physics.ridge_tokens`): past :math:`B_K = K/(k+1)` requests
+    each request costs :math:`\Delta = \kappa(k+1)w\,c_{2v}` more
+    (:func:`specbayes.laws.knee_latency`). Every sweep of the group informs them — an SD arm
+    reaches the knee :math:`k + 1` times sooner than its dense arm.
+    """
+    prior = pr.get("knee")
+    if prior is None:
+        return None
+    from specbayes.model_next.physics import ridge_tokens
+
+    groups = design.coords["group"]
+    ridge = np.array([ridge_tokens(g.split("|", 1)[1]) for g in groups])
+    at = pm.Normal("knee_log_ridges", **prior["ridges"], dims="group")
+    knee_at = pm.Deterministic("knee_at", ridge * pt.exp(at), dims="group")
+    excess = pm.LogNormal("knee_excess", **prior["excess"], dims="group")
+    group = design.unit_group[design.sweep_unit]
+    batch, slope = laws.knee_costs(knee_at[group], excess[group], c2v, passes, design.k)
+    return (
+        pm.Deterministic("knee_batch", batch, dims="sweep"),
+        pm.Deterministic("knee_slope", slope, dims="sweep"),
+    )
 
 
 def _derive_coefficients(design, pr, log_c1u, log_c2u, ratio_1, ratio_2, q, floor) -> tuple:

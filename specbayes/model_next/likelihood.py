@@ -18,7 +18,14 @@ from specbayes import laws
 
 
 def log_mean_latency(
-    log_c1: Any, log_c2: Any, load: Any, closed: Any, c3: Any = 0.0, wall_softness: float = 0.0
+    log_c1: Any,
+    log_c2: Any,
+    load: Any,
+    closed: Any,
+    c3: Any = 0.0,
+    wall_softness: float = 0.0,
+    *,
+    knee: tuple[Any, Any] | None = None,
 ) -> Any:
     r""":math:`\mu = \log C_1 - \log h(C_1, C_2, C_3; \lambda \text{ or } N)` per row.
 
@@ -34,10 +41,14 @@ def log_mean_latency(
         The row's batch curvature :math:`C_3` (:func:`specbayes.laws.token_knee_curvature`).
     wall_softness : float, default 0
         The model graph's soft curved wall (:func:`specbayes.laws.log_headroom`).
+    knee : (batch, slope), optional
+        The row's knee instead of a curvature (:func:`specbayes.laws.knee_latency`).
     """
     xp_exp = np.exp if isinstance(log_c1, np.ndarray) else _pt_exp
     c1, c2 = xp_exp(log_c1), xp_exp(log_c2)
-    return log_c1 - laws.log_headroom(c1, c2, load, load, closed, c3, wall_softness=wall_softness)
+    return log_c1 - laws.log_headroom(
+        c1, c2, load, load, closed, c3, knee=knee, wall_softness=wall_softness
+    )
 
 
 def _pt_exp(x: Any) -> Any:

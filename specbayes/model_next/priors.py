@@ -100,6 +100,16 @@ Both
         the default: it makes the predictions beyond the measured loads honest for the real
         server and too pessimistic for the simulated ones, and over both it does not improve
         ``benchmarks/load_extrapolation.md`` (issue 43).
+    ``knee``
+        ``None`` (default) or ``{"ridges": {"mu", "sigma"}, "excess": {"mu", "sigma"}}``
+        (:data:`KNEE`, ``specbayes fit --knee``; experimental): the law bends at a knee
+        (:func:`specbayes.laws.knee_latency`) — past :math:`K_g` tokens per verifier pass,
+        :math:`\log(K_g/R) \sim \mathcal N` in roofline ridges :math:`R`, each request
+        costs :math:`\kappa_g (k + 1) w c_{2v}` more, :math:`\log\kappa_g \sim \mathcal N`
+        (:func:`specbayes.model_next.graph.sweep_knee`). The form of the simulator's compute
+        knee (a hinge in tokens per pass) and of the real servers' bend; on the bundled demo
+        it finds the simulator's knee (~500 of its 553 tokens) and excess (~0.2) but its
+        posterior has a second mode (``benchmarks/knee.md``).
     ``metric_share``, ``metric_share_sigma``
         Per metric family, the Normal prior (location, this log sd) of the dense and the SD
         level of :math:`\log\rho_a, \log\rho_b`, the metric's shares of :math:`C_1` and of
@@ -150,6 +160,15 @@ DRAFTER_COEFS = ("c1d", "c2d")
 #: ridge to none in practice (see ``inverse_knee`` above, ``benchmarks/load_extrapolation.md``).
 KNEE_PRIOR: dict[str, float] = {"mu": -1.9, "sigma": 1.5}
 
+#: The knee users switch on (``specbayes fit --knee``, or ``priors={"knee": KNEE}``): where a
+#: verifier pass turns compute-bound, in roofline ridges (median 3, 90 % within 1-9.5), and
+#: the excess cost per request past it relative to its verifier cost (median 0.3, 90 % within
+#: 0.06-1.6).
+KNEE: dict[str, dict] = {
+    "ridges": {"mu": float(np.log(3.0)), "sigma": 0.7},
+    "excess": {"mu": float(np.log(0.3)), "sigma": 1.0},
+}
+
 DEFAULT_PRIORS: dict[str, dict] = {
     "noise": {"alpha": 1.0, "beta": 5e-5},
     "noise_growth": {"sigma": 0.5},
@@ -180,6 +199,8 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "c2_jitter": 0.005,
     # batch curvature: inverse knee (roofline ridges) of each (verifier, hardware); None = off
     "inverse_knee": None,
+    # the knee: per (verifier, hardware) tokens per pass (ridges) and excess; None = off
+    "knee": None,
     "wall_softness": 0.01,
     # per-point metrics beside the mean latency (issue 45; specbayes.model_next.metrics)
     "metric_share": {

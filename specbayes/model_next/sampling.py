@@ -219,8 +219,9 @@ def add_sigma(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     post = idata.posterior
     sweep = np.asarray(model["obs_sweep"].get_value())
     mu = post["mu"].values
+    scale_mu = post["noise_mu"].values if "noise_mu" in post else mu  # the knee's (graph.py)
     log_w = log_row_scale(
-        mu, post["log_c1"].values[..., sweep], post["noise_growth"].values[..., None]
+        scale_mu, post["log_c1"].values[..., sweep], post["noise_growth"].values[..., None]
     )
     rng = np.random.default_rng(seed)
     idata.posterior["sigma"] = (("chain", "draw"), draw_sigma(y, mu, log_w, a, b, rng))
