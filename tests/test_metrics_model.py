@@ -89,6 +89,34 @@ def test_model_with_metrics_has_their_likelihood_and_prior_predictive(real_case)
     assert "log_c1" in model.named_vars and model.named_vars_to_dims["log_c1"] == ("sweep",)
 
 
+def test_jax_gradient_of_the_metric_model_is_pytensors_at_the_initial_point(real_case):
+    """What NumPyro differentiates (``fit(..., metrics=, sampler_config={"sampler":
+    "numpyro"})``) is finite and PyTensor's symbolic gradient at the initial point, on a
+    closed-loop real case with metrics: the metric likelihood's own terms, and the SD ratio
+    ``log_c2_ratio`` whose upper bound is infinite there — PyMC's interval transform made its
+    JAX gradient NaN (:class:`specbayes.model_next.truncated.Interval`). ``test_parallel.py``
+    checks the same on the simulated open-loop graph without metrics."""
+    pytest.importorskip("numpyro")
+    import jax
+    from pymc.sampling.jax import get_jaxified_logp
+
+    from specbayes import parallel
+
+    parallel.jax_chain_method(1)  # registers the erfcx lowering of the sweep truncation
+    model = build_model(build_design(real_case.table), metrics=METRICS)
+    point = model.initial_point()
+    names = [v.name for v in model.value_vars]
+    grads = jax.grad(get_jaxified_logp(model))([point[n] for n in names])  # x64: pymc's import
+    got = np.concatenate([np.ravel(np.asarray(g)) for g in grads])
+    want = model.compile_dlogp()(point)
+    assert np.isfinite(want).all()
+    assert np.isfinite(got).all(), [
+        n for n, g in zip(names, grads, strict=True) if not np.isfinite(g).all()
+    ]
+    # relative 1e-6; entries that are zero up to rounding compare on the gradient's scale
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12 * np.abs(want).max())
+
+
 def test_model_refuses_a_metric_the_rows_lack(real_case):
     design = build_design(real_case.table)
     with pytest.raises(ValueError, match=r"no fitted row reports \['latency_p99'\]"):

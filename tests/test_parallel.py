@@ -254,6 +254,43 @@ def test_truncated_normaliser_is_pymcs_with_finite_jax_gradients():
         assert all(np.isfinite(np.asarray(g)).all() for g in grads), name
 
 
+def test_interval_transform_is_pymcs_with_finite_jax_gradients_at_an_infinite_bound():
+    """:class:`specbayes.model_next.truncated.Interval` gives PyMC's values and log Jacobian
+    where a graph bound is finite or infinite (a closed-loop sweep's wall), and its JAX
+    gradient is finite where PyMC's is NaN (the unselected two-bound form at b = inf)."""
+    pytest.importorskip("jax")
+    import jax
+    import numpy as np
+    import pytensor
+    import pytensor.tensor as pt
+    from pymc.distributions.transforms import Interval as PyMCInterval
+    from pymc.sampling.jax import get_jaxified_graph
+
+    from specbayes.model_next.truncated import Interval
+
+    x, a, b = pt.dvector("x"), pt.dvector("a"), pt.dvector("b")
+    values = (
+        np.array([-3.0, 0.0, 2.0, -3.0, 0.0, 2.0, 0.5]),
+        np.array([-2.0, -2.0, -2.0, -2.0, -np.inf, 1.0, -np.inf]),
+        np.array([1.0, 1.0, 1.0, np.inf, 4.0, np.inf, np.inf]),
+    )
+
+    def bounds(*args):
+        return args[0], args[1]
+
+    pymcs = PyMCInterval(bounds_fn=bounds)
+    want = pytensor.function([x, a, b], [pymcs.backward(x, a, b), pymcs.log_jac_det(x, a, b)])
+    for t, finite in [(Interval(bounds_fn=bounds), True), (pymcs, False)]:
+        outs = [t.backward(x, a, b), t.log_jac_det(x, a, b)]
+        got = pytensor.function([x, a, b], outs)(*values)
+        for g, w in zip(got, want(*values), strict=True):
+            np.testing.assert_array_equal(g, w)
+        f = get_jaxified_graph(inputs=[x, a, b], outputs=[pt.sum(outs[0]) + pt.sum(outs[1])])
+        # in the value and in both bounds (an upper bound is a graph of log c2 in the model)
+        grads = jax.grad(lambda *v, f=f: f(*v)[0], argnums=(0, 1, 2))(*values)
+        assert all(np.isfinite(np.asarray(g)).all() for g in grads) == finite, (t, grads)
+
+
 def test_erfcx_lowered_to_jax_matches_scipy_with_finite_gradients():
     pytest.importorskip("jax")
     import numpy as np

@@ -136,8 +136,9 @@ def sample(
     start — :func:`optimised_start` — are 0 when ``compiled`` is given; numpyro's compile is
     inside ``sample_s``). Healthy on the demo at
     the defaults (``benchmarks/scale.md``: 0 divergences, R-hat 1.01, bulk ESS above 1,000)
-    since the sweep costs' truncation normaliser keeps JAX's gradient finite
-    (:mod:`specbayes.model_next.truncated`); :func:`health` reports every fit.
+    since the sweep costs' truncation normaliser, and the SD ratios' interval transform on a
+    closed-loop sweep, keep JAX's gradient finite (:mod:`specbayes.model_next.truncated`);
+    :func:`health` reports every fit.
     """
     config = {**SAMPLER_CONFIG, **overrides}
     if sampler == "numpyro":

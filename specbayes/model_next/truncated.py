@@ -21,6 +21,15 @@ sweep whose bound was far out, and every draw diverged.
 The fix is the "double where": each branch's input is replaced, where the branch is not
 selected, by a harmless point of its own region, so both branches and their derivatives are
 finite everywhere, and each selected value is the same formula on the same input.
+
+The default transform has the same flaw, and the same fix (:class:`Interval`). A bound that is
+a graph, not a constant — the SD sweeps' ``log_c2_ratio`` is bounded above by
+:math:`\log(\text{wall}) - \log c_2`, infinite on a closed-loop sweep — gets PyMC's two-bound
+interval transform, which chooses per element, by a ``where``, the logit-scaled form
+:math:`a + (b - a)\,\operatorname{sigmoid}(x)` or the one-bound ``exp`` form. At
+:math:`b = \infty` the unselected logit-scaled form has an infinite derivative in :math:`x`,
+and JAX's gradient of that variable was NaN on every closed-loop SD sweep
+(``small_sweeps.real_case("HumanEval", "dspark")``; the demo is open loop).
 """
 
 from __future__ import annotations
@@ -28,12 +37,14 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from pymc.distributions.continuous import TruncatedNormalRV
+from pymc.distributions.continuous import TruncatedNormalRV, truncated_normal_default_transform
 from pymc.distributions.dist_math import check_parameters
+from pymc.distributions.transforms import Interval as _PyMCInterval
+from pymc.distributions.transforms import _default_transform
 from pymc.logprob.abstract import _logprob_helper
 from pytensor.tensor.variable import TensorConstant
 
-__all__ = ["TruncatedNormal", "log_diff_normal_cdf", "normal_lccdf", "normal_lcdf"]
+__all__ = ["Interval", "TruncatedNormal", "log_diff_normal_cdf", "normal_lccdf", "normal_lcdf"]
 
 
 def normal_lcdf(mu, sigma, x):
@@ -88,18 +99,74 @@ def log_diff_normal_cdf(mu, sigma, x, y):
     )
 
 
+class Interval(_PyMCInterval):
+    """PyMC's interval transform (same values, same log Jacobian) whose every form only ever
+    sees finite bounds.
+
+    Where both bounds are graphs, PyMC selects per element between the two-bound form (both
+    finite), the one-bound forms and the identity; here each form's bounds are replaced, where
+    the form is not selected, by finite ones (the interval [-1, 1]), so its derivatives are
+    finite there (JAX differentiates every branch of a ``where``). Where a form is selected its
+    formula and inputs are PyMC's. With a constant infinite bound PyMC builds a one-bound
+    transform, no ``where``: that case is PyMC's own.
+
+    The stand-ins are not 0: PyTensor sinks a product into a switch with a zero branch
+    (``switch(c, a, 0) * y`` becomes ``switch(c, a * y, 0)``), which would put the infinite
+    bound back into the product JAX differentiates.
+    """
+
+    def backward(self, value, *inputs):
+        a, b, lower_bounded, upper_bounded = self.get_a_and_b(inputs)
+        if not (lower_bounded and upper_bounded):
+            return super().backward(value, *inputs)
+        has_a, has_b = pt.neq(a, -pt.inf), pt.neq(b, pt.inf)
+        both = pt.and_(has_a, has_b)
+        a2, b2 = pt.switch(both, a, -1.0), pt.switch(both, b, 1.0)
+        sigmoid_x = pt.sigmoid(value)
+        exp_value = pt.exp(value)
+        return pt.where(
+            both,
+            sigmoid_x * b2 + (1 - sigmoid_x) * a2,
+            pt.where(
+                has_a,
+                exp_value + pt.switch(has_a, a, -1.0),
+                pt.where(has_b, pt.switch(has_b, b, 1.0) - exp_value, value),
+            ),
+        )
+
+    def log_jac_det(self, value, *inputs):
+        a, b, lower_bounded, upper_bounded = self.get_a_and_b(inputs)
+        if not (lower_bounded and upper_bounded):
+            return super().log_jac_det(value, *inputs)
+        has_a, has_b = pt.neq(a, -pt.inf), pt.neq(b, pt.inf)
+        both = pt.and_(has_a, has_b)
+        a2, b2 = pt.switch(both, a, -1.0), pt.switch(both, b, 1.0)
+        return pt.where(
+            both,
+            pt.log(b2 - a2) - 2 * pt.softplus(-value) - value,
+            pt.where(pt.or_(has_a, has_b), value, pt.zeros_like(value)),
+        )
+
+
 class _TruncatedNormalRV(TruncatedNormalRV):
-    """PyMC's truncated normal draws, under its own op type (so its own log density)."""
+    """PyMC's truncated normal draws, under its own op type (so its own log density and
+    default transform)."""
 
 
 _truncated_normal = _TruncatedNormalRV()
 
 
+@_default_transform.register(_TruncatedNormalRV)
+def _truncated_normal_transform(op, rv):
+    """PyMC's bounds (an infinite constant bound is no bound), in :class:`Interval`."""
+    return Interval(bounds_fn=truncated_normal_default_transform(op, rv).args_fn)
+
+
 class TruncatedNormal(pm.TruncatedNormal):
-    """:class:`pymc.TruncatedNormal` (same parameters, draws, transform, initial point and log
-    density) with the normaliser of this module: gradients finite on every backend. Its op
-    subclasses PyMC's, so everything but the log density (draws, support point, log CDF) is
-    PyMC's own dispatch."""
+    """:class:`pymc.TruncatedNormal` (same parameters, draws, initial point, transformed values
+    and log density) with the normaliser and the default transform (:class:`Interval`) of this
+    module: gradients finite on every backend. Its op subclasses PyMC's, so everything but the
+    log density and the transform (draws, support point, log CDF) is PyMC's own dispatch."""
 
     rv_op = _truncated_normal
 
