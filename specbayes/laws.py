@@ -416,7 +416,23 @@ def _knee_saturation(c1: Any, c2: Any, batch: Any, slope: Any, iterations: int =
     return 0.5 * (lo + hi)
 
 
-def rps_at_latency(target: Any, c1: Any, c2: Any, c3: Any = 0.0) -> np.ndarray:
+def _bisect_below(fn: Any, target: Any, hi: Any, iterations: int = 60) -> np.ndarray:
+    r"""Largest :math:`x \in [0, hi]` with :math:`fn(x) \le target` for an increasing ``fn``
+    (vectorised bisection; ``0`` where already :math:`fn(0) > target`). ``fn`` takes the
+    bracket midpoints, an array of the broadcast shape of ``target`` and ``hi``."""
+    target, hi = np.broadcast_arrays(np.asarray(target, dtype=float), np.asarray(hi, dtype=float))
+    lo, hi = np.zeros(target.shape), hi.copy()
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        with np.errstate(all="ignore"):
+            ok = fn(mid) <= target
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return lo
+
+
+def rps_at_latency(
+    target: Any, c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | None = None
+) -> np.ndarray:
     r"""The request rate at which the mean latency reaches ``target`` (inverse of :func:`latency`).
 
     :math:`L = C_1 + \lambda L C_2 + (\lambda L)^2 C_3` solved for :math:`\lambda`:
@@ -430,8 +446,23 @@ def rps_at_latency(target: Any, c1: Any, c2: Any, c3: Any = 0.0) -> np.ndarray:
     :math:`L_\mathrm{sat} = 2 C_1/(1 - \lambda_\mathrm{sat} C_2)`; a target at or above
     :math:`L_\mathrm{sat}` is met at every sustainable rate: the answer is
     :func:`saturation_rps` (the root above would lie on the quadratic's unphysical branch).
+
+    With a ``knee`` = :math:`(B_K, \Delta)` (:func:`knee_latency`, which replaces the
+    curvature: ``c3`` is ignored) there is no closed form for the smoothed law: its latency
+    rises with the rate from :math:`L(0) \approx C_1` to ``inf`` at its saturation rate
+    (:func:`_knee_saturation`), so the rate is the largest :math:`\lambda` with
+    :math:`L(\lambda) \le` ``target``, found by bisection on
+    :math:`[0, \lambda_\mathrm{sat}]` (60 halvings); ``0`` where ``target`` is below
+    :math:`L(0)`.
     """
     target = np.asarray(target, dtype=float)
+    if knee is not None:
+        batch, slope = knee
+        c1, c2, batch, slope = np.broadcast_arrays(
+            *(np.asarray(x, dtype=float) for x in (c1, c2, batch, slope))
+        )
+        top = _knee_saturation(c1, c2, batch, slope)
+        return _bisect_below(lambda lam: knee_latency(lam, c1, c2, batch, slope), target, top)
     c1, c2, c3 = (np.asarray(a, dtype=float) for a in (c1, c2, c3))
     with np.errstate(all="ignore"):
         excess = np.maximum(target - c1, 0.0)
@@ -475,7 +506,9 @@ def closed_loop_latency(
     return c1 + concurrency * (c2 + concurrency * c3)
 
 
-def concurrency_at_latency(target: Any, c1: Any, c2: Any, c3: Any = 0.0) -> np.ndarray:
+def concurrency_at_latency(
+    target: Any, c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | None = None
+) -> np.ndarray:
     r"""Streams at which the closed-loop latency reaches ``target`` (inverse of
     :func:`closed_loop_latency`).
 
@@ -486,8 +519,23 @@ def concurrency_at_latency(target: Any, c1: Any, c2: Any, c3: Any = 0.0) -> np.n
     (:math:`(L - C_1)/C_2` without curvature; the rationalised root stays exact as
     :math:`C_3 \to 0`); ``0`` where ``target <= C1``. A closed loop never saturates — its
     latency grows without bound but stays finite — so every target has an answer.
+
+    With a ``knee`` = :math:`(B_K, \Delta)`, :math:`L(N) = C_1 + N C_2 + \Delta\,
+    s\,\mathrm{softplus}((N - B_K)/s)` (:func:`closed_loop_latency`; ``c3`` ignored) has no
+    closed-form inverse; it rises with :math:`N` and :math:`L(N) \ge C_1 + N C_2`, so the
+    answer lies in :math:`[0, (L - C_1)/C_2]` and is found there by bisection (60 halvings).
     """
     target = np.asarray(target, dtype=float)
+    if knee is not None:
+        batch, slope = knee
+        c1, c2, batch, slope = np.broadcast_arrays(
+            *(np.asarray(x, dtype=float) for x in (c1, c2, batch, slope))
+        )
+        with np.errstate(all="ignore"):
+            top = np.maximum(target - c1, 0.0) / c2
+        return _bisect_below(
+            lambda n: closed_loop_latency(n, c1, c2, knee=(batch, slope)), target, top
+        )
     c1, c2, c3 = (np.asarray(a, dtype=float) for a in (c1, c2, c3))
     excess = np.maximum(target - c1, 0.0)
     with np.errstate(all="ignore"):
@@ -837,6 +885,9 @@ def speedup(
     c2_dense: Any,
     c3_sd: Any = 0.0,
     c3_dense: Any = 0.0,
+    *,
+    knee_sd: tuple[Any, Any] | None = None,
+    knee_dense: tuple[Any, Any] | None = None,
 ) -> np.ndarray:
     r"""Speedup of speculative decoding over dense decoding at request rate λ.
 
@@ -862,14 +913,17 @@ def speedup(
         Effective costs of the SD and dense configurations.
     c3_sd, c3_dense : array_like, default 0
         Their batch curvatures (:func:`effective_curvature`).
+    knee_sd, knee_dense : (batch, slope), optional
+        Knees instead of the curvatures (:func:`knee_costs`): the ratio of the two
+        :func:`knee_latency` values.
 
     Returns
     -------
     ndarray
         Speedup (> 1 means SD is faster).
     """
-    l_dense = np.asarray(latency(rps, c1_dense, c2_dense, c3_dense), dtype=float)
-    l_sd = np.asarray(latency(rps, c1_sd, c2_sd, c3_sd), dtype=float)
+    l_dense = np.asarray(latency(rps, c1_dense, c2_dense, c3_dense, knee=knee_dense), dtype=float)
+    l_sd = np.asarray(latency(rps, c1_sd, c2_sd, c3_sd, knee=knee_sd), dtype=float)
     with np.errstate(all="ignore"):
         out = l_dense / l_sd
     return np.where(np.isinf(l_dense) & np.isinf(l_sd), np.nan, out)
@@ -935,6 +989,9 @@ def closed_loop_speedup(
     c2_dense: Any,
     c3_sd: Any = 0.0,
     c3_dense: Any = 0.0,
+    *,
+    knee_sd: tuple[Any, Any] | None = None,
+    knee_dense: tuple[Any, Any] | None = None,
 ) -> np.ndarray:
     r"""Speedup of SD over dense with ``N`` streams in flight in *both* (closed loop).
 
@@ -944,10 +1001,12 @@ def closed_loop_speedup(
 
     (:func:`closed_loop_latency`). The two arms are compared at the same number of streams,
     so by Little's law (throughput :math:`N/L`) this is also SD's throughput gain at ``N``.
-    Unlike the open loop nothing saturates: the ratio is finite at every ``N``.
+    Unlike the open loop nothing saturates: the ratio is finite at every ``N``. With
+    ``knee_sd`` / ``knee_dense`` = :math:`(B_K, \Delta)` an arm's :math:`N^2 C_3` is replaced
+    by its smoothed knee :math:`\Delta\max(0, N - B_K)` (:func:`closed_loop_latency`).
     """
-    l_dense = closed_loop_latency(concurrency, c1_dense, c2_dense, c3_dense)
-    l_sd = closed_loop_latency(concurrency, c1_sd, c2_sd, c3_sd)
+    l_dense = closed_loop_latency(concurrency, c1_dense, c2_dense, c3_dense, knee=knee_dense)
+    l_sd = closed_loop_latency(concurrency, c1_sd, c2_sd, c3_sd, knee=knee_sd)
     with np.errstate(all="ignore"):
         return np.asarray(l_dense / l_sd, dtype=float)
 
@@ -959,6 +1018,10 @@ def break_even_concurrency(
     c2_dense: Any,
     c3_sd: Any = 0.0,
     c3_dense: Any = 0.0,
+    *,
+    knee_sd: tuple[Any, Any] | None = None,
+    knee_dense: tuple[Any, Any] | None = None,
+    iterations: int = 60,
 ) -> np.ndarray:
     r"""Concurrency :math:`N^*` at which SD and dense closed-loop latencies cross.
 
@@ -973,12 +1036,30 @@ def break_even_concurrency(
 
     Typical SD (:math:`C_{1R} < 1 < C_{2R}`) wins below :math:`N^*` streams and loses above.
 
+    With a knee in either arm (``knee_sd``, ``knee_dense`` = :math:`(B_K, \Delta)`, which
+    replace that arm's curvature) the gap has no closed-form root: the first sign change is
+    found on a geometric grid of :data:`BREAK_EVEN_GRID` stream counts from
+    :math:`10^{-6} N_\mathrm{top}` to :math:`N_\mathrm{top}` and refined by bisection
+    (``iterations`` halvings). The bound: past :math:`N_\mathrm{far} = \max(B_K + 40 s)`
+    (:math:`s = \sqrt{B_K}`, the turn's width) each knee term is its asymptote
+    :math:`\Delta (N - B_K)` to :math:`e^{-40}`, so the gap is the line
+    :math:`a_0 + a_1 N`, :math:`a_0 = (C_{1,\mathrm{sd}} - \Delta_\mathrm{sd}
+    B_{K,\mathrm{sd}}) - (C_{1,\mathrm{dense}} - \Delta_\mathrm{dense}
+    B_{K,\mathrm{dense}})`, :math:`a_1 = (C_{2,\mathrm{sd}} + \Delta_\mathrm{sd}) -
+    (C_{2,\mathrm{dense}} + \Delta_\mathrm{dense})`, which changes sign at most once, at
+    :math:`-a_0/a_1`: :math:`N_\mathrm{top} = 2\max(N_\mathrm{far}, -a_0/a_1)` holds every
+    crossing.
+
     Returns
     -------
     ndarray
         :math:`N^*` (streams, continuous); ``NaN`` where the curves never cross at
         :math:`N > 0` (SD wins at every concurrency, or at none) or only touch.
     """
+    if knee_sd is not None or knee_dense is not None:
+        return _knee_break_even_concurrency(
+            c1_sd, c2_sd, c1_dense, c2_dense, c3_sd, c3_dense, knee_sd, knee_dense, iterations
+        )
     args = np.broadcast_arrays(
         *(np.asarray(x, dtype=float) for x in (c1_sd, c2_sd, c1_dense, c2_dense, c3_sd, c3_dense))
     )
@@ -1000,8 +1081,62 @@ def break_even_concurrency(
     return np.where(crosses, first, np.nan)
 
 
-#: Rates on which :func:`break_even_rps` looks for the first crossing of curved latencies.
+#: Rates on which :func:`break_even_rps` looks for the first crossing of curved latencies
+#: (and stream counts for :func:`break_even_concurrency` with a knee).
 BREAK_EVEN_GRID = 256
+
+
+def _first_crossing(gap: Any, grid: np.ndarray, iterations: int) -> np.ndarray:
+    """First sign change of ``gap`` on ``grid`` (load on the last axis), refined by bisection
+    inside its grid cell; ``NaN`` where the sign never changes (or starts at zero)."""
+    signs = np.sign(gap(grid))  # broadcasts the costs over the trailing grid axis
+    sign_lo = signs[..., 0]
+    changed = (signs != sign_lo[..., None]) & (signs != 0)
+    crosses = (sign_lo != 0) & changed.any(axis=-1)
+    first = np.argmax(changed, axis=-1)
+    hi = np.take_along_axis(grid, first[..., None], axis=-1)[..., 0]
+    lo = np.take_along_axis(grid, np.maximum(first - 1, 0)[..., None], axis=-1)[..., 0]
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        same = np.sign(gap(mid)) == sign_lo
+        lo = np.where(same, mid, lo)
+        hi = np.where(same, hi, mid)
+    return np.where(crosses, 0.5 * (lo + hi), np.nan)
+
+
+def _no_knee(knee: tuple[Any, Any] | None) -> tuple[Any, Any]:
+    """``knee`` or a knee that adds nothing (slope 0), for arithmetic on both arms alike."""
+    return (1.0, 0.0) if knee is None else knee
+
+
+def _knee_break_even_concurrency(c1s, c2s, c1d, c2d, c3s, c3d, knee_s, knee_d, iterations):
+    """:func:`break_even_concurrency` with a knee in one arm or both (grid and bisection)."""
+    (bs, ds), (bd, dd) = _no_knee(knee_s), _no_knee(knee_d)
+    args = np.broadcast_arrays(
+        *(np.asarray(a, dtype=float) for a in (c1s, c2s, c1d, c2d, c3s, c3d, bs, ds, bd, dd))
+    )
+    c1s, c2s, c1d, c2d, c3s, c3d, bs, ds, bd, dd = args
+
+    def gap(n):  # L_sd - L_dense at the same streams
+        extra = n.ndim - c1s.ndim  # grid axes after the costs' own
+        c = [x.reshape(x.shape + (1,) * extra) for x in args]
+        # an arm without a knee keeps its curvature (a fit has one or the other)
+        arm_s = dict(knee=(c[6], c[7])) if knee_s is not None else dict(c3=c[4])
+        arm_d = dict(knee=(c[8], c[9])) if knee_d is not None else dict(c3=c[5])
+        with np.errstate(all="ignore"):
+            return closed_loop_latency(n, c[0], c[1], **arm_s) - closed_loop_latency(
+                n, c[2], c[3], **arm_d
+            )
+
+    with np.errstate(all="ignore"):
+        far = np.maximum(bs + 40.0 * KNEE_WIDTH * np.sqrt(bs), bd + 40.0 * KNEE_WIDTH * np.sqrt(bd))
+        a0 = (c1s - ds * bs) - (c1d - dd * bd)
+        a1 = (c2s + ds) - (c2d + dd)
+        line = -a0 / a1
+    line = np.where(np.isfinite(line) & (line > 0), line, 0.0)
+    top = 2.0 * np.maximum(far, line)
+    grid = top[..., None] * np.geomspace(1e-6, 1.0, BREAK_EVEN_GRID)
+    return _first_crossing(gap, grid, iterations)
 
 
 def break_even_rps(
@@ -1012,6 +1147,8 @@ def break_even_rps(
     c3_sd: Any = 0.0,
     c3_dense: Any = 0.0,
     *,
+    knee_sd: tuple[Any, Any] | None = None,
+    knee_dense: tuple[Any, Any] | None = None,
     iterations: int = 60,
 ) -> np.ndarray:
     r"""Request rate at which SD stops (or starts) paying.
@@ -1026,12 +1163,19 @@ def break_even_rps(
     curved latency stays finite up to its wall and is ``inf`` past it, so where SD saturates
     before dense while still faster, the break-even is SD's saturation rate.
 
+    With a knee in either arm (``knee_sd``, ``knee_dense`` = :math:`(B_K, \Delta)`,
+    :func:`knee_latency`, in place of that arm's curvature) the same grid and bisection
+    find the first crossing below the dense arm's saturation rate of its knee law; a knee
+    latency grows without bound at its wall, so SD saturating first is a crossing too.
+
     Parameters
     ----------
     c1_sd, c2_sd, c1_dense, c2_dense : array_like
         Effective costs of the SD and dense configurations.
     c3_sd, c3_dense : array_like, default 0
         Their batch curvatures.
+    knee_sd, knee_dense : (batch, slope), optional
+        Their knees instead (:func:`knee_costs`).
 
     Returns
     -------
@@ -1041,38 +1185,35 @@ def break_even_rps(
     """
     c1_dense = np.asarray(c1_dense, dtype=float)
     c2_dense = np.asarray(c2_dense, dtype=float)
-    if not (np.any(np.asarray(c3_sd) > 0) or np.any(np.asarray(c3_dense) > 0)):
+    knees = knee_sd is not None or knee_dense is not None
+    if not (knees or np.any(np.asarray(c3_sd) > 0) or np.any(np.asarray(c3_dense) > 0)):
         r_star = break_even(np.asarray(c1_sd) / c1_dense, np.asarray(c2_sd) / c2_dense)
         return r_star / c2_dense
+    (bs, ds), (bd, dd) = _no_knee(knee_sd), _no_knee(knee_dense)
     args = np.broadcast_arrays(
-        *(np.asarray(a, dtype=float) for a in (c1_sd, c2_sd, c1_dense, c2_dense, c3_sd, c3_dense))
+        *(
+            np.asarray(a, dtype=float)
+            for a in (c1_sd, c2_sd, c1_dense, c2_dense, c3_sd, c3_dense, bs, ds, bd, dd)
+        )
     )
-    c1s, c2s, c1d, c2d, c3s, c3d = args
+    c1s, c2s, c1d, c2d, c3s, c3d, bs, ds, bd, dd = args
 
     def gap(lam):  # L_sd - L_dense: inf - finite = inf where only SD is saturated
         extra = lam.ndim - c1s.ndim  # grid axes after the costs' own
         c = [x.reshape(x.shape + (1,) * extra) for x in (c1s, c2s, c3s, c1d, c2d, c3d)]
+        k = [x.reshape(x.shape + (1,) * extra) for x in (bs, ds, bd, dd)]
+        ks = (k[0], k[1]) if knee_sd is not None else None
+        kd = (k[2], k[3]) if knee_dense is not None else None
         with np.errstate(all="ignore"):
-            return latency(lam, c[0], c[1], c[2]) - latency(lam, c[3], c[4], c[5])
+            return latency(lam, c[0], c[1], c[2], knee=ks) - latency(lam, c[3], c[4], c[5], knee=kd)
 
-    top = saturation_rps(c1d, c2d, c3d) * (1.0 - 1e-9)
+    top = saturation_rps(c1d, c2d, c3d, knee=(bd, dd) if knee_dense is not None else None)
+    top = top * (1.0 - 1e-9)
     # with curvature the curves may cross more than once (SD can saturate first): the first
     # sign change on a grid from just above zero load (curves that tie there may still cross
     # later) to the dense wall, then bisection inside that grid cell
     grid = top[..., None] * np.linspace(1e-9, 1.0, BREAK_EVEN_GRID)
-    signs = np.sign(gap(grid))  # broadcasts the costs over the trailing grid axis
-    sign_lo = signs[..., 0]
-    changed = (signs != sign_lo[..., None]) & (signs != 0)
-    crosses = (sign_lo != 0) & changed.any(axis=-1)
-    first = np.argmax(changed, axis=-1)
-    hi = np.take_along_axis(grid, first[..., None], axis=-1)[..., 0]
-    lo = np.take_along_axis(grid, np.maximum(first - 1, 0)[..., None], axis=-1)[..., 0]
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        same = np.sign(gap(mid)) == sign_lo
-        lo = np.where(same, mid, lo)
-        hi = np.where(same, hi, mid)
-    return np.where(crosses, 0.5 * (lo + hi), np.nan)
+    return _first_crossing(gap, grid, iterations)
 
 
 def optimal_k(

@@ -13,7 +13,10 @@ prefill, decode) — for which the fit provides draws of the six cycle coefficie
 knee batches or knee in tokens per pass (``fit.coefficients``); alpha and k then give its
 effective :math:`(C_1, C_2, C_3)` — :math:`C_3` the batch curvature (:func:`curvature`; 0 for a
 fit of the paper's law),
-so every latency here is :func:`laws.latency` of the law the model was fitted with.
+so every latency here is :func:`laws.latency` of the law the model was fitted with. A fit with
+the experimental knee (``specbayes fit --knee``) gives each draw a knee in tokens per pass
+and its excess κ instead; an arm's knee :math:`(B_K, \Delta)` (:func:`laws.knee_costs`) then
+goes to every law in place of :math:`C_3` (:func:`knee`).
 All latencies here are the *mean* latency ``mu`` of the model (no observation noise): the
 quantities a capacity plan is about.
 """
@@ -42,6 +45,7 @@ __all__ = [
     "curvature",
     "effective_cost_draws",
     "fitted_closed_loop",
+    "knee",
     "measured_max_rps",
     "measured_stream_range",
     "measured_streams",
@@ -53,6 +57,8 @@ __all__ = [
 
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 KNEES = ("knee_verifier", "knee_drafter", "knee_tokens")
+#: The experimental knee's draws (``priors={"knee": ...}``), per row when the fit has them.
+KNEE_LAW = ("knee_at", "knee_excess")
 DEFAULT_KS: tuple[int, ...] = tuple(range(0, 11))
 #: P(C2R > 1) at or above which a configuration gets the note's "red flag".
 RED_FLAG_PROB = 0.9
@@ -182,11 +188,6 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
             "the planner evaluates the sd cycle law; planning with the MoE coverage fixed point "
             "is not built yet — fit the sd model for planning"
         )
-    if "knee_at" in getattr(fit, "idata", {}).get("posterior", {}):
-        raise ValueError(
-            "this fit has the experimental knee (specbayes fit --knee): fit, validate and "
-            "predict take it, the planner not yet — plan on a fit without --knee"
-        )
     # ask for SD rows (k >= 1) so the drafter coefficients are filled; a fit that knows no
     # drafter for this verifier answers for dense rows only
     rows = pd.concat([replace(a, k=max(a.k, 1)).row() for a in arms], ignore_index=True)
@@ -197,12 +198,15 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
             raise
         ds = fit.coefficients(pd.concat([a.row() for a in arms], ignore_index=True))
     n = ds.sizes["sample"]
+    # the experimental knee's draws only where the fit has them: their absence is the
+    # "no knee" that every law below is told with knee=None
+    law = tuple(name for name in KNEE_LAW if name in ds)
     return [
         {
             name: np.asarray(ds[name].isel(row=i).values, dtype=float)
             if name in ds
             else np.full(n, np.inf)  # a fit without knees: no batch curvature
-            for name in COEFFICIENTS + KNEES
+            for name in COEFFICIENTS + KNEES + law
         }
         for i in range(len(arms))
     ]
@@ -228,9 +232,9 @@ def _alpha_draws(fit: Any, arm: Arm, n: int, k: np.ndarray) -> np.ndarray:
 
 def _costs(
     fit: Any, coefs: dict[str, np.ndarray], arm: Arm, alpha: Any = None, k: Any = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`laws.effective_costs` and :func:`laws.effective_curvature` over coefficient
-    draws, broadcasting alpha and k after them: ``(C1, C2, C3)``."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """:func:`laws.effective_costs`, :func:`laws.effective_curvature` and :func:`knee` over
+    coefficient draws, broadcasting alpha and k after them: ``(C1, C2, C3, knee)``."""
     n = coefs["c1p"].shape[0]
     k = np.asarray(arm.k if k is None else k)
     if alpha is None:
@@ -238,11 +242,28 @@ def _costs(
     else:
         alpha = _check_alpha(alpha)[None, ...]
     extra = max(np.ndim(alpha) - 1, k.ndim)
-    c = {name: coefs[name].reshape((n,) + (1,) * extra) for name in COEFFICIENTS + KNEES}
+    c = {name: value.reshape((n,) + (1,) * extra) for name, value in coefs.items()}
     k = k[None, ...]
     c1, c2 = laws.effective_costs(*(c[name] for name in COEFFICIENTS), arm.decode, alpha, k)
     c3 = curvature(c, arm.decode, alpha, k)
-    return c1, c2, np.broadcast_to(c3, c2.shape)
+    bend = knee(c, arm.decode, alpha, k)
+    if bend is not None:
+        bend = tuple(np.broadcast_to(x, c2.shape) for x in bend)
+    return c1, c2, np.broadcast_to(c3, c2.shape), bend
+
+
+def knee(coefs: dict, decode: Any, alpha: Any, k: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    r"""The experimental knee :math:`(B_K, \Delta)` of coefficient draws, ``None`` without one.
+
+    From the draws' knee in tokens per pass :math:`K` (``knee_at``) and excess
+    :math:`\kappa` (``knee_excess``): :math:`B_K = K/(k + 1)`,
+    :math:`\Delta = \kappa (k + 1) w c_{2v}`, :math:`w = g/E(\alpha, k)`
+    (:func:`laws.knee_costs`, as the fit's own rows get theirs).
+    """
+    if "knee_at" not in coefs:
+        return None
+    passes = laws.verifier_passes(decode, alpha, k)
+    return laws.knee_costs(coefs["knee_at"], coefs["knee_excess"], coefs["c2v"], passes, k)
 
 
 def curvature(coefs: dict, decode: Any, alpha: Any, k: Any) -> np.ndarray:
@@ -261,9 +282,11 @@ def curvature(coefs: dict, decode: Any, alpha: Any, k: Any) -> np.ndarray:
 
 def effective_cost_draws(
     fit: Any, arm: Arm, *, alpha: Any = None, k: Any = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Draws of :math:`(C_1, C_2, C_3)` of an arm via :func:`laws.effective_costs` and
-    :func:`laws.effective_curvature` (:math:`C_3`: the batch curvature).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    r"""Draws of :math:`(C_1, C_2, C_3, \mathrm{knee})` of an arm via
+    :func:`laws.effective_costs`, :func:`laws.effective_curvature` (:math:`C_3`: the batch
+    curvature) and :func:`knee` (``(batch, slope)`` draws of the experimental knee, ``None``
+    for a fit without one: pass it on as ``knee=`` to the laws).
 
     ``alpha`` and ``k`` (arrays) override the arm's and broadcast after the sample axis:
     the result has shape ``(sample, *broadcast(alpha, k).shape)``. Without ``alpha`` an SD
@@ -276,9 +299,14 @@ def effective_cost_draws(
 def _sd_and_dense(fit: Any, arm: Arm, k: Any = None):
     """Effective costs of an SD arm and of dense decoding, from the *same* coefficient draws."""
     (coefs,) = coefficient_draws(fit, arm)
-    c1s, c2s, c3s = _costs(fit, coefs, arm, k=k)
-    c1d, c2d, c3d = _costs(fit, coefs, replace(arm, k=0, alpha=None))
-    return c1s, c2s, c3s, c1d, c2d, c3d
+    c1s, c2s, c3s, knee_s = _costs(fit, coefs, arm, k=k)
+    c1d, c2d, c3d, knee_d = _costs(fit, coefs, replace(arm, k=0, alpha=None))
+    return c1s, c2s, c3s, c1d, c2d, c3d, knee_s, knee_d
+
+
+def _column(knee: tuple | None) -> tuple | None:
+    """A knee of (sample,) draws as a column, for broadcasting against a load or k axis."""
+    return None if knee is None else tuple(x[:, None] for x in knee)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,15 +340,16 @@ def speedup(
     load, closed = _one_load(rps, concurrency)
     if arm.k == 0:
         raise ValueError("speedup needs an SD arm (k >= 1); dense is the baseline")
-    c1s, c2s, c3s, c1d, c2d, c3d = _sd_and_dense(fit, arm)
+    c1s, c2s, c3s, c1d, c2d, c3d, knee_s, knee_d = _sd_and_dense(fit, arm)
     law = laws.closed_loop_speedup if closed else laws.speedup
     costs = (c[:, None] for c in (c1s, c2s, c1d, c2d, c3s, c3d))
-    s = law(load[None, :], *costs)
+    s = law(load[None, :], *costs, knee_sd=_column(knee_s), knee_dense=_column(knee_d))
     table = summarize(s, prob=prob)
     table.insert(0, "concurrency" if closed else "rps", load)
     table["p_faster"] = np.mean(s > 1.0, axis=0)
     if not closed:
-        sat_d, sat_s = laws.saturation_rps(c1d, c2d, c3d), laws.saturation_rps(c1s, c2s, c3s)
+        sat_d = laws.saturation_rps(c1d, c2d, c3d, knee=knee_d)
+        sat_s = laws.saturation_rps(c1s, c2s, c3s, knee=knee_s)
         table["p_dense_saturated"] = np.mean(load[None, :] >= sat_d[:, None], axis=0)
         table["p_sd_saturated"] = np.mean(load[None, :] >= sat_s[:, None], axis=0)
     table.attrs.update(arm=arm.label(), prob=prob, draws=s, closed_loop=closed)
@@ -345,7 +374,7 @@ def cost_ratios(
     ks = _check_ks(ks)
     if np.any(ks == 0):
         raise ValueError("cost ratios compare SD (k >= 1) with dense")
-    c1s, c2s, _, c1d, c2d, _ = _sd_and_dense(fit, arm, k=ks)
+    c1s, c2s, _, c1d, c2d, *_ = _sd_and_dense(fit, arm, k=ks)
     c1r, c2r = c1s / c1d[:, None], c2s / c2d[:, None]
     p2 = np.mean(c2r > 1.0, axis=0)
     return pd.DataFrame(
@@ -392,11 +421,11 @@ def break_even(
     ks = _check_ks([arm.k] if ks is None else ks)
     if np.any(ks == 0):
         raise ValueError("break-even compares SD (k >= 1) with dense")
-    c1s, c2s, c3s, c1d, c2d, c3d = _sd_and_dense(fit, arm, k=ks)
+    c1s, c2s, c3s, c1d, c2d, c3d, knee_s, knee_d = _sd_and_dense(fit, arm, k=ks)
     c1r = c1s / c1d[:, None]
     dense = (c1d[:, None], c2d[:, None])
     law = laws.break_even_concurrency if closed_loop else laws.break_even_rps
-    star = law(c1s, c2s, *dense, c3s, c3d[:, None])
+    star = law(c1s, c2s, *dense, c3s, c3d[:, None], knee_sd=knee_s, knee_dense=_column(knee_d))
     cross = np.isfinite(star)
     if closed_loop:
         stars = _columns("n_star", star, ("median", "lo", "hi"), prob)
@@ -418,7 +447,9 @@ def break_even(
     if closed_loop:
         out.attrs.update(n_star_draws=star)
     else:
-        out["dense_saturation_rps_median"] = np.median(laws.saturation_rps(c1d, c2d, c3d))
+        out["dense_saturation_rps_median"] = np.median(
+            laws.saturation_rps(c1d, c2d, c3d, knee=knee_d)
+        )
         out.attrs.update(rps_star_draws=star)
     out.attrs.update(arm=arm.label(), prob=prob, closed_loop=closed_loop)
     return out
@@ -464,14 +495,22 @@ def optimal_k(
         # shape (sample, 1, k): every draw at its own alpha
         (coefs,) = coefficient_draws(fit, arm)
         draws = _alpha_draws(fit, arm, coefs["c1p"].shape[0], ks)  # given, or inferred
-        c1, c2, c3 = _costs(fit, coefs, arm, k=ks[None, :])
+        c1, c2, c3, bend = _costs(fit, coefs, arm, k=ks[None, :])
         alphas = np.array([float(np.median(draws))])
     else:
         alphas = _check_alpha(np.atleast_1d(alphas))
         # shape (sample, alpha, k) -> latencies (sample, alpha, rps, k)
-        c1, c2, c3 = effective_cost_draws(fit, arm, alpha=alphas[:, None], k=ks[None, :])
+        c1, c2, c3, bend = effective_cost_draws(fit, arm, alpha=alphas[:, None], k=ks[None, :])
     law = laws.closed_loop_latency if closed else laws.latency
-    lat = law(rps[None, None, :, None], c1[:, :, None, :], c2[:, :, None, :], c3[:, :, None, :])
+    if bend is not None:  # (sample, alpha, k) -> (sample, alpha, load, k), as the costs
+        bend = tuple(x[:, :, None, :] for x in bend)
+    lat = law(
+        rps[None, None, :, None],
+        c1[:, :, None, :],
+        c2[:, :, None, :],
+        c3[:, :, None, :],
+        knee=bend,
+    )
     best_idx = np.argmin(lat, axis=-1)
     best_lat = np.min(lat, axis=-1)
     with np.errstate(invalid="ignore"):
@@ -663,8 +702,8 @@ def capacity(
     if not 0 < prob < 1:
         raise ValueError("prob must lie in (0, 1)")
     ks = _check_ks(ks)
-    c1, c2, c3 = effective_cost_draws(fit, arm, k=ks)
-    loads = slo_loads(fit, arm, ks, slo, (c1, c2, c3), closed_loop)
+    c1, c2, c3, bend = effective_cost_draws(fit, arm, k=ks)
+    loads = slo_loads(fit, arm, ks, slo, (c1, c2, c3, bend), closed_loop)
     load = np.minimum.reduce(list(loads.values()))
     cap = np.quantile(load, 1.0 - prob, axis=0, method="inverted_cdf")
     median = np.quantile(load, 0.5, axis=0, method="inverted_cdf")
@@ -686,7 +725,7 @@ def capacity(
         out["binding"] = [names[i] for i in np.argmin(medians, axis=0)]
     if closed_loop:
         with np.errstate(all="ignore"):
-            tput = cap / laws.closed_loop_latency(cap, c1, c2, c3)
+            tput = cap / laws.closed_loop_latency(cap, c1, c2, c3, knee=bend)
         out["throughput_rps"] = np.quantile(tput, 1.0 - prob, axis=0, method="inverted_cdf")
     measured = "concurrency" if closed_loop else "rps"
     out[f"max_measured_{measured}"] = measured_max_rps(fit, arm, ks, load=measured)
@@ -773,8 +812,8 @@ def compare(
     """
     rps = _check_rps(rps)
     coef_a, coef_b = coefficient_draws(fit, a, b)
-    c1a, c2a, c3a = _costs(fit, coef_a, a)
-    c1b, c2b, c3b = _costs(fit, coef_b, b)
+    c1a, c2a, c3a, knee_a = _costs(fit, coef_a, a)
+    c1b, c2b, c3b, knee_b = _costs(fit, coef_b, b)
     s = laws.speedup(
         rps[None, :],
         c1b[:, None],
@@ -783,14 +822,17 @@ def compare(
         c2a[:, None],
         c3b[:, None],
         c3a[:, None],
+        knee_sd=_column(knee_b),
+        knee_dense=_column(knee_a),
     )
     table = summarize(s, prob=prob)
     table.insert(0, "rps", rps)
     table["p_faster"] = np.mean(s > 1.0, axis=0)
-    sat_a, sat_b = laws.saturation_rps(c1a, c2a, c3a), laws.saturation_rps(c1b, c2b, c3b)
+    sat_a = laws.saturation_rps(c1a, c2a, c3a, knee=knee_a)
+    sat_b = laws.saturation_rps(c1b, c2b, c3b, knee=knee_b)
     table["p_a_saturated"] = np.mean(rps[None, :] >= sat_a[:, None], axis=0)
     table["p_b_saturated"] = np.mean(rps[None, :] >= sat_b[:, None], axis=0)
-    cross = laws.break_even_rps(c1b, c2b, c1a, c2a, c3b, c3a)
+    cross = laws.break_even_rps(c1b, c2b, c1a, c2a, c3b, c3a, knee_sd=knee_b, knee_dense=knee_a)
     cs = summarize(cross, prob=prob)
     crossover = pd.DataFrame(
         dict(

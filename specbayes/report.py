@@ -53,7 +53,7 @@ def markdown_table(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
 def collapse_points(fit: Any) -> pd.DataFrame:
     r"""Each fitted row normalised by its configuration's posterior-mean costs.
 
-    With :math:`\bar\mu` the law (:func:`laws.latency`, with batch curvature) at the
+    With :math:`\bar\mu` the law (:func:`laws.latency`, with batch curvature or knee) at the
     posterior-mean :math:`(C_1, C_2, C_3)`, returns the utilisation
     ``x = 1 - E[C1]/mu_bar`` (:func:`laws.log_headroom`; :math:`\lambda E[C_2]` without
     curvature; 1 past the wall), ``y = L/E[C1]`` and a ``group`` label (verifier,
@@ -70,13 +70,17 @@ def collapse_points(fit: Any) -> pd.DataFrame:
         alpha[:, idx] = np.asarray(fit.alpha_draws(v, dr, cell))[:, None]
     g, k = d["decode"].to_numpy(), d["k"].to_numpy()
     c1, c2 = laws.effective_costs(*coefs, g, alpha, k)
-    c3 = plan.curvature({n: ds[n].values for n in ds.data_vars}, g, alpha, k)
+    draws = {n: ds[n].values for n in ds.data_vars}
+    c3 = plan.curvature(draws, g, alpha, k)
     c1m, c2m, c3m = (np.mean(np.broadcast_to(c, c1.shape), axis=0) for c in (c1, c2, c3))
+    bend = plan.knee(draws, g, alpha, k)  # the experimental knee, as (batch, slope) means
+    if bend is not None:
+        bend = tuple(np.mean(np.broadcast_to(x, c1.shape), axis=0) for x in bend)
     conc = d["concurrency"].to_numpy(dtype=float) if "concurrency" in d else np.full(len(d), np.nan)
     mu = np.where(  # the law at the posterior-mean costs (inf past its wall)
         np.isfinite(conc),
-        laws.closed_loop_latency(np.nan_to_num(conc), c1m, c2m, c3m),
-        laws.latency(np.nan_to_num(d["rps"].to_numpy(dtype=float)), c1m, c2m, c3m),
+        laws.closed_loop_latency(np.nan_to_num(conc), c1m, c2m, c3m, knee=bend),
+        laws.latency(np.nan_to_num(d["rps"].to_numpy(dtype=float)), c1m, c2m, c3m, knee=bend),
     )
     group = d["verifier"] + np.where(d["k"] > 0, " SD", " dense")
     past = ~np.isfinite(mu)  # measured, yet past the wall of the law at the mean costs
@@ -419,9 +423,8 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
     if slo is not None and not slo > 0:
         raise ValueError(f"--slo {slo:g}: a latency SLO must be > 0 seconds")
     dense = replace(arm, k=0, alpha=None, drafter=None)
-    dense_costs = plan.effective_cost_draws(fit, dense)  # (C1, C2, C3) draws
-    c1d = dense_costs[0]
-    sat_draws = laws.saturation_rps(*dense_costs)
+    c1d, c2d, c3d, knee_d = plan.effective_cost_draws(fit, dense)  # (C1, C2, C3, knee) draws
+    sat_draws = laws.saturation_rps(c1d, c2d, c3d, knee=knee_d)
     sat = float(np.median(sat_draws))  # dense saturation rate (median draw)
     sat_safe = float(np.quantile(sat_draws, 0.05))  # dense unsaturated here w.p. 0.95
     figures: dict[str, Any] = {}

@@ -13,7 +13,9 @@ Every statistic rises with the running batch :math:`B`, so per posterior draw an
 
 (none when :math:`B^* \le 0`: not even an idle server meets it), which is :math:`N^*` streams
 in a closed loop and :math:`\lambda^* = B^*/L(B^*)` requests per second in an open one
-(Little's law, :math:`L(B) = C_1 + B C_2 + B^2 C_3` the law's mean latency at that batch).
+(Little's law, :math:`L(B) = C_1 + B C_2 + B^2 C_3` the law's mean latency at that batch; with
+the experimental knee the rate whose open-loop batch :math:`\lambda L(\lambda)` is
+:math:`B^*`, :func:`load_at`).
 All SLOs hold up to the smallest of their loads: the capacity of :func:`specbayes.plan.capacity`
 is a quantile of that minimum over draws.
 """
@@ -106,10 +108,28 @@ def batch_at(fit: Any, arm, ks: np.ndarray, name: str, target: float, c1, c2) ->
     return np.where(np.isnan(b), 0.0, np.maximum(b, 0.0))
 
 
-def load_at(batch, c1, c2, c3, closed_loop: bool) -> np.ndarray:
-    r"""Load at a running batch: :math:`N = B` streams, or :math:`\lambda = B / L(B)`."""
+def load_at(batch, c1, c2, c3, closed_loop: bool, knee=None, iterations: int = 60) -> np.ndarray:
+    r"""Load at a running batch: :math:`N = B` streams, or :math:`\lambda = B / L(B)`.
+
+    With a ``knee`` = :math:`(B_K, \Delta)` (:func:`laws.knee_latency`, in place of
+    :math:`C_3`) the open-loop law is smoothed in the batch of the law without the knee, so
+    :math:`B / L_\mathrm{closed}(B)` is not its rate; its batch :math:`\lambda
+    L(\lambda)` rises with :math:`\lambda` from 0 to ``inf`` at the saturation rate, and the
+    rate is found by bisection on :math:`[0, \lambda_\mathrm{sat}]` (``iterations`` halvings).
+    """
     if closed_loop:
         return batch
+    if knee is not None:
+        batch, c1, c2, b_k, slope = np.broadcast_arrays(
+            *(np.asarray(x, dtype=float) for x in (batch, c1, c2, *knee))
+        )
+        lo, hi = np.zeros(batch.shape), laws.saturation_rps(c1, c2, knee=(b_k, slope))
+        for _ in range(iterations):
+            mid = 0.5 * (lo + hi)
+            with np.errstate(all="ignore"):
+                ok = mid * laws.knee_latency(mid, c1, c2, b_k, slope) <= batch
+            lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+        return lo
     with np.errstate(all="ignore"):
         lam = batch / laws.closed_loop_latency(batch, c1, c2, c3)
         # past the batch an open loop can reach (inf without curvature, sqrt(C1/C3) with it)
@@ -121,14 +141,18 @@ def load_at(batch, c1, c2, c3, closed_loop: bool) -> np.ndarray:
 def slo_loads(
     fit: Any, arm, ks: np.ndarray, slo: dict[str, float], costs: tuple, closed_loop: bool
 ) -> dict[str, np.ndarray]:
-    """Per SLO, (sample, k) draws of the highest load that meets it (rps, or streams)."""
-    c1, c2, c3 = costs
+    """Per SLO, (sample, k) draws of the highest load that meets it (rps, or streams).
+
+    ``costs`` is ``(C1, C2, C3)`` or ``(C1, C2, C3, knee)`` (:func:`specbayes.plan.
+    effective_cost_draws`; ``knee`` ``None`` without one)."""
+    c1, c2, c3, knee = (*costs, None) if len(costs) == 3 else costs
     out = {}
     for name, target in slo.items():
         if name == MEAN_LATENCY:
             inverse = laws.concurrency_at_latency if closed_loop else laws.rps_at_latency
-            out[name] = inverse(target, c1, c2, c3)
+            out[name] = inverse(target, c1, c2, c3, knee=knee)
         else:
+            # the metric's own shares of C1 and C2 (no knee in them): its batch, then the load
             batch = batch_at(fit, arm, ks, name, target, c1, c2)
-            out[name] = load_at(batch, c1, c2, c3, closed_loop)
+            out[name] = load_at(batch, c1, c2, c3, closed_loop, knee)
     return out

@@ -69,7 +69,7 @@ def simulated_latency(alpha, k, rps, seed=11):
 def test_best_k_matches_brute_force(fitted):
     arm = plan.Arm(VERIFIER, HW, prefill=P, decode=G, drafter=DRAFTER, alpha=0.75, k=2)
     dense = plan.effective_cost_draws(fitted, plan.Arm(VERIFIER, HW, P, G))
-    rates = np.array([0.1, 0.6]) * float(np.median(laws.saturation_rps(*dense)))
+    rates = np.array([0.1, 0.6]) * float(np.median(laws.saturation_rps(*dense[:3])))
     table = plan.optimal_k(fitted, arm, [0.75], rates, ks=KS)
     for _, row in table.iterrows():
         sims = {k: simulated_latency(0.75, k, row.rps) for k in KS}

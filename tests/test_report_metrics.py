@@ -44,7 +44,7 @@ class MetricsFit(DrawsFit):
         return out
 
     def metric(self, rows, name, *, predictive=False, measured=False, seed=None):
-        c1, c2, c3 = (np.asarray(c) for c in plan.effective_cost_draws(self, ARM, k=rows["k"]))
+        c1, c2, c3, _ = plan.effective_cost_draws(self, ARM, k=rows["k"])  # no knee here
         load = rows["concurrency" if "concurrency" in rows else "rps"].to_numpy(float)
         closed = "concurrency" in rows
         batch = load if closed else load * laws.latency(load, c1, c2, c3)

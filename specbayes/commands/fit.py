@@ -96,8 +96,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="experimental — a knee: past a batch where a verifier pass turns compute-bound "
         "(tokens per pass around the GPU's roofline ridge; k + 1 times sooner for an SD "
-        "verify pass) each request costs more (docs/model.md). Fit, validate and predict "
-        "only; the planner does not take such fits yet",
+        "verify pass) each request costs more (docs/model.md). Fit, validate, predict and "
+        "plan take it",
     )
     p.add_argument(
         "--metrics",

@@ -318,8 +318,8 @@ def _load_grid(fit, arm, args, closed: bool) -> dict:
         return {
             "concurrency": args.concurrency or plan.stream_grid(plan.measured_streams(fit, arm))
         }
-    dense = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
-    sat = float(np.median(laws.saturation_rps(*dense)))
+    c1, c2, c3, knee = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
+    sat = float(np.median(laws.saturation_rps(c1, c2, c3, knee=knee)))
     return {"rps": args.rps or rate_grid(0.9 * sat)}
 
 
