@@ -158,6 +158,23 @@ def test_unseen_cell_is_predicted_from_the_trend(sd_fit):
     assert np.isfinite(lat.values).mean() > 0.99
 
 
+def test_compare_takes_a_dense_arm_without_a_drafter(sd_fit, sim):
+    """plan.compare of a dense arm (no drafter named) and an SD arm: their rows, asked for
+    together, must not turn the dense arm's missing drafter into "none" on an SD row."""
+    from specbayes import plan
+
+    df, _ = sim
+    row = df[(df["k"] > 0) & df["alpha"].notna()].iloc[0]
+    where = dict(verifier=row["verifier"], hardware=row["hardware"])
+    dense = plan.Arm(**where, prefill=row["prefill"], decode=row["decode"])
+    sd = plan.Arm(
+        **where, prefill=row["prefill"], decode=row["decode"], drafter=row["drafter"],
+        alpha=float(row["alpha"]), k=int(row["k"]),
+    )  # fmt: skip
+    out = plan.compare(sd_fit, dense, sd, [float(row["rps"])])
+    assert np.isfinite(out["speedup"]["median"]).all()
+
+
 def test_round_trip_predicts_identically(sd_fit, tmp_path):
     path = sd_fit.save(tmp_path / "fit.nc")
     back = load_fit(path)

@@ -265,9 +265,14 @@ class NextFit:
             cell += rows["decode"].round().astype(int).astype(str)
             given = rows["cell"].astype(object) if "cell" in rows else None
             rows["cell"] = cell if given is None else given.where(given.notna(), cell)
+        # no drafter named: the fitted one on an SD row ("", see _draft_unit), none on a dense
+        # row — also where a frame of arms with and without one leaves NaN (plan.compare)
+        unnamed = np.where(rows["k"] > 0, "", "none")
         if "drafter" not in rows:
-            rows["drafter"] = np.where(rows["k"] > 0, "", "none")
-        rows["drafter"] = rows["drafter"].fillna("none").astype(str)
+            rows["drafter"] = unnamed
+        given = rows["drafter"].astype(object)
+        rows["drafter"] = given.where(given.notna(), pd.Series(unnamed, index=rows.index))
+        rows["drafter"] = rows["drafter"].astype(str)
         rows.loc[rows["k"] == 0, "drafter"] = "none"
         for c in ("concurrency", "alpha"):
             if c not in rows:
