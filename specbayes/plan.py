@@ -58,7 +58,7 @@ __all__ = [
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 KNEES = ("knee_verifier", "knee_drafter", "knee_tokens")
 #: The experimental knee's draws (``priors={"knee": ...}``), per row when the fit has them.
-KNEE_LAW = ("knee_at", "knee_excess")
+KNEE_LAW = ("knee_at", "knee_excess", "knee_c2v")
 DEFAULT_KS: tuple[int, ...] = tuple(range(0, 11))
 #: P(C2R > 1) at or above which a configuration gets the note's "red flag".
 RED_FLAG_PROB = 0.9
@@ -257,13 +257,13 @@ def knee(coefs: dict, decode: Any, alpha: Any, k: Any) -> tuple[np.ndarray, np.n
 
     From the draws' knee in tokens per pass :math:`K` (``knee_at``) and excess
     :math:`\kappa` (``knee_excess``): :math:`B_K = K/(k + 1)`,
-    :math:`\Delta = \kappa (k + 1) w c_{2v}`, :math:`w = g/E(\alpha, k)`
-    (:func:`laws.knee_costs`, as the fit's own rows get theirs).
+    :math:`\Delta = \kappa (k + 1) w \bar c_{2v}` (``knee_c2v``: the group's verifier cost),
+    :math:`w = g/E(\alpha, k)` (:func:`laws.knee_costs`, as the fit's own rows get theirs).
     """
     if "knee_at" not in coefs:
         return None
     passes = laws.verifier_passes(decode, alpha, k)
-    return laws.knee_costs(coefs["knee_at"], coefs["knee_excess"], coefs["c2v"], passes, k)
+    return laws.knee_costs(coefs["knee_at"], coefs["knee_excess"], coefs["knee_c2v"], passes, k)
 
 
 def curvature(coefs: dict, decode: Any, alpha: Any, k: Any) -> np.ndarray:

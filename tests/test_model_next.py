@@ -272,7 +272,8 @@ def test_knee_closed_loop_equals_laws(real_case):
     model = build_model(design, _knee_priors())
     assert model.named_vars_to_dims["knee_at"] == ("group",)
     names = ["mu", "noise_mu", "log_c1", "log_c2", "knee_batch", "knee_slope", "knee_at"]
-    mu, noise_mu, lc1, lc2, batch, slope, knee_at = _evaluate(model, names, 5)
+    names += ["knee_excess", "knee_c2v", "unit_coef"]
+    mu, noise_mu, lc1, lc2, batch, slope, knee_at, excess, c2v, unit = _evaluate(model, names, 5)
     c1, c2 = np.exp(lc1)[:, design.obs_sweep], np.exp(lc2)[:, design.obs_sweep]
     knee = (batch[:, design.obs_sweep], slope[:, design.obs_sweep])
     expect = laws.closed_loop_latency(design.load, c1, c2, knee=knee)
@@ -284,6 +285,11 @@ def test_knee_closed_loop_equals_laws(real_case):
     np.testing.assert_allclose(batch[:, dense], knee_at[:, 0], rtol=1e-10)
     np.testing.assert_allclose(batch[:, s], knee_at[:, 0] / (design.k[s] + 1), rtol=1e-10)
     assert (slope > 0).all()
+    # the extra is the group's verifier cost per request and pass (its one unit's here) times
+    # the excess, on each of the dense sweep's g passes
+    np.testing.assert_allclose(c2v[:, 0], unit[:, 0, 3], rtol=1e-10)
+    expect_dense = excess[:, 0] * design.decode[dense] * c2v[:, 0]
+    np.testing.assert_allclose(slope[:, dense], expect_dense, rtol=1e-10)
 
 
 def test_knee_pooled_open_loop_finite(demo_subset):

@@ -40,7 +40,7 @@ def arm(knee_fit):
 
 def test_the_planner_answers_with_the_knee(knee_fit, arm):
     (coefs,) = plan.coefficient_draws(knee_fit, arm)  # no longer refused
-    assert {"knee_at", "knee_excess"} <= set(coefs)
+    assert {"knee_at", "knee_excess", "knee_c2v"} <= set(coefs)
     *_, knee_s, knee_d = plan._sd_and_dense(knee_fit, arm)
     assert knee_s is not None and knee_d is not None
     # SD reaches the knee k + 1 times sooner (in requests)

@@ -343,7 +343,7 @@ class NextFit:
             group = pd.Index(d.coords["group"]).get_indexer(
                 rows["verifier"] + "|" + rows["hardware"]
             )
-            for name in ("knee_at", "knee_excess"):
+            for name in ("knee_at", "knee_excess", "knee_c2v"):
                 data[name] = (("sample", "row"), post[name].values[:, group])
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
 
@@ -489,7 +489,11 @@ class NextFit:
             if knee is not None:
                 passes = laws.verifier_passes(decode, alpha, k)
                 batch, slope = laws.knee_costs(
-                    coef["knee_at"].values, coef["knee_excess"].values, parts[4], passes, k
+                    coef["knee_at"].values,
+                    coef["knee_excess"].values,
+                    coef["knee_c2v"].values,
+                    passes,
+                    k,
                 )
                 knee[0][:, ~seen], knee[1][:, ~seen] = batch, slope
         return log_c1, log_c2, c3, knee
@@ -802,7 +806,8 @@ class NextFit:
 _ANSWER_VARIABLES = (
     "log_c1", "log_c2", "log_coef", "log_coef_draft", "unit_coef", "coefficients", "coef_mu",
     "coef_mu_draft", "trend", "cell_sd", "tau", "noise_growth", "sigma", "alpha",
-    "tokens_per_cycle", "c3", "knee_tokens", "knee_at", "knee_excess", "knee_batch", "knee_slope",
+    "tokens_per_cycle", "c3", "knee_tokens", "knee_at", "knee_excess", "knee_c2v",
+    "knee_batch", "knee_slope",
     "metric_log_share", "metric_share_mu", "metric_sigma",
 )  # fmt: skip
 

@@ -81,9 +81,9 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         log_c1 = pm.Deterministic("log_c1", log_c1, dims="sweep")
         log_c2 = pm.Deterministic("log_c2", log_c2, dims="sweep")
         # the batch curvature (``inverse_knee``) or the knee (``knee``), where the priors ask
-        c3, softness = sweep_curvature(design, pr, *split), pr["wall_softness"]
+        c3, softness = sweep_curvature(design, pr, *split[:4]), pr["wall_softness"]
         c3_row = 0.0 if c3 is None else c3[sweep]
-        knee = sweep_knee(design, pr, *split)
+        knee = sweep_knee(design, pr, split[3], split[4])
         knee_row = None if knee is None else (knee[0][sweep], knee[1][sweep])
 
         # likelihood: the latency law, multiplicative noise of scale sigma (1 - x)^-growth with
@@ -218,14 +218,18 @@ def anchored_costs(design: Design, pr: dict) -> tuple:
 def _anchored_split(design: Design, c_p, c_v, c_d, tokens) -> tuple:
     r"""Per sweep :math:`(c_{2p}, c_{2v}, c_{2d}, w)` of the anchored structure: its unit's
     verifier coefficients, its drafter's :math:`c_{2d}` (0 dense) and its verifier passes
-    :math:`w = g/E` (``tokens``: :math:`E` of the SD sweeps)."""
+    :math:`w = g/E` (``tokens``: :math:`E` of the SD sweeps); and per group the geometric
+    mean of its units' :math:`c_{2v}` (:func:`sweep_knee`)."""
     su = design.sweep_unit
     c2d = pt.zeros(len(design.k))
     passes = pt.as_tensor_variable(design.decode.astype(float))
     if c_d is not None:
         c2d = pt.set_subtensor(c2d[design.sd], c_d[:, 1])
         passes = pt.set_subtensor(passes[design.sd], design.decode[design.sd] / tokens)
-    return c_p[su, 1], c_v[su, 1], c2d, passes
+    member = design.unit_group[None, :] == np.arange(len(design.coords["group"]))[:, None]
+    weight = member / member.sum(axis=1, keepdims=True)
+    c2v_group = pt.exp(pt.dot(weight, pt.log(c_v[:, 1])))
+    return c_p[su, 1], c_v[su, 1], c2d, passes, c2v_group
 
 
 def sweep_curvature(design: Design, pr: dict, c2p, c2v, c2d, passes):
@@ -258,21 +262,27 @@ def sweep_curvature(design: Design, pr: dict, c2p, c2v, c2d, passes):
     return pm.Deterministic("c3", c3, dims="sweep")
 
 
-def sweep_knee(design: Design, pr: dict, c2p, c2v, c2d, passes):
+def sweep_knee(design: Design, pr: dict, passes, c2v_group):
     r"""Each sweep's knee :math:`(B_K, \Delta)`, or ``None`` without the ``knee`` prior.
 
     .. math::
 
         \log(K_g/R_{h(g)}) \sim \mathcal N(m_K, s_K), \qquad
         \log\kappa_g \sim \mathcal N(m_\kappa, s_\kappa), \qquad
-        (B_{K,s}, \Delta_s) = \mathrm{knee\_costs}(K_{g(s)}, \kappa_{g(s)}, c_{2v,s}, w_s, k_s)
+        (B_{K,s}, \Delta_s) = \mathrm{knee\_costs}(K_{g(s)}, \kappa_{g(s)}, \bar c_{2v,g(s)},
+        w_s, k_s)
 
     one knee in tokens per verifier pass :math:`K_g` and one excess :math:`\kappa_g` per
     (verifier, hardware), around the GPU's roofline ridge :math:`R`
     (:func:`specbayes.model_next.physics.ridge_tokens`): past :math:`B_K = K/(k+1)` requests
-    each request costs :math:`\Delta = \kappa(k+1)w\,c_{2v}` more
+    each request costs :math:`\Delta = \kappa(k+1)w\,\bar c_{2v}` more
     (:func:`specbayes.laws.knee_latency`). Every sweep of the group informs them — an SD arm
-    reaches the knee :math:`k + 1` times sooner than its dense arm.
+    reaches the knee :math:`k + 1` times sooner than its dense arm. :math:`\bar c_{2v}`
+    (``knee_c2v``) is the group's verifier cost per request and pass — its level in the
+    pooled structure, the geometric mean of its units' in the anchored one — not the cell's:
+    the knee's extra is compute, the same per token in every cell, while a cell's
+    :math:`c_{2v}` carries its own KV reads (with the cell's, the 256- and 1,024-token
+    prompts wanted different excesses, and the posterior had a second mode).
     """
     prior = pr.get("knee")
     if prior is None:
@@ -284,8 +294,11 @@ def sweep_knee(design: Design, pr: dict, c2p, c2v, c2d, passes):
     at = pm.Normal("knee_log_ridges", **prior["ridges"], dims="group")
     knee_at = pm.Deterministic("knee_at", ridge * pt.exp(at), dims="group")
     excess = pm.LogNormal("knee_excess", **prior["excess"], dims="group")
+    c2v_group = pm.Deterministic("knee_c2v", c2v_group, dims="group")
     group = design.unit_group[design.sweep_unit]
-    batch, slope = laws.knee_costs(knee_at[group], excess[group], c2v, passes, design.k)
+    batch, slope = laws.knee_costs(
+        knee_at[group], excess[group], c2v_group[group], passes, design.k
+    )
     return (
         pm.Deterministic("knee_batch", batch, dims="sweep"),
         pm.Deterministic("knee_slope", slope, dims="sweep"),
@@ -412,7 +425,8 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     centred = pr["centred_sweeps"]
     log_c1 = _sweep_level("log_c1_sweep", pt.log(c1_eff), tau[0], None, centred["C1"])
     log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), tau[1], design.log_wall, centred["C2"])
-    return log_c1, log_c2, (c_v[:, 2], c_v[:, 3], c_d[:, 1], passes)
+    c2v_group = pt.exp(mu_v[:, design.coords["coef_v"].index("c2v")])
+    return log_c1, log_c2, (c_v[:, 2], c_v[:, 3], c_d[:, 1], passes, c2v_group)
 
 
 def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.ndarray):
