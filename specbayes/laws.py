@@ -560,10 +560,10 @@ def knee_latency(rps: Any, c1: Any, c2: Any, batch: Any, slope: Any) -> Any:
     fixed: it fluctuates about its mean by about :math:`\sqrt B` requests (Poisson
     arrivals), so its mean cost turns over that width. The knee here is smoothed so:
     :math:`\max(0, x)` becomes :math:`s\,\mathrm{softplus}(x/s)`,
-    :math:`s = \sqrt{B_K}` — the same smoothing in both loops
-    (:func:`closed_loop_latency`), and a posterior without the multimodality of a sharp
-    knee that moves between the measured batches. ``inf`` where :math:`h \le 0` (saturated,
-    :func:`saturation_rps`).
+    :math:`s = \sqrt{B_K}` (:data:`KNEE_WIDTH` times it) — the same smoothing in both loops
+    (:func:`closed_loop_latency`), and fewer of the local optima a sharp knee has as it moves
+    between the measured batches (not none: ``benchmarks/knee.md``). ``inf`` where
+    :math:`h \le 0` (saturated, :func:`saturation_rps`).
 
     Parameters
     ----------
@@ -625,8 +625,9 @@ def knee_costs(knee_tokens: Any, excess: Any, c2v: Any, passes: Any, k: Any) -> 
     A verifier pass turns compute-bound at about :math:`K` tokens; it holds :math:`k + 1`
     tokens of each sequence, so the batch knee is :math:`B_K = K/(k + 1)` — speculation
     reaches it :math:`k + 1` times sooner. Past it each request adds the compute of its
-    :math:`k + 1` tokens again, a multiple :math:`\kappa` (``excess``) of its verifier cost,
-    on each of the request's :math:`w` passes:
+    :math:`k + 1` tokens again, a multiple :math:`\kappa` (``excess``) of a verifier cost per
+    request and pass (the model passes its (verifier, GPU) group's, ``knee_c2v``), on each of
+    the request's :math:`w` passes:
 
     .. math::  \Delta = \kappa\,(k + 1)\,w\,c_{2v}
 
@@ -640,8 +641,8 @@ def knee_costs(knee_tokens: Any, excess: Any, c2v: Any, passes: Any, k: Any) -> 
     excess : array_like
         :math:`\kappa \ge 0`.
     c2v, passes, k : array_like
-        The verifier's per-pass cost per request, the passes per request
-        (:func:`verifier_passes`) and the draft length.
+        The verifier's cost per request and pass the excess is relative to, the passes per
+        request (:func:`verifier_passes`) and the draft length.
     """
     return knee_tokens / (k + 1.0), excess * (k + 1.0) * passes * c2v
 

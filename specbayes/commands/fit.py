@@ -88,7 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "passes (in "
         "tokens per pass, around its roofline ridge; an SD verify pass of k + 1 tokens per "
         "sequence reaches it k + 1 times sooner), so predictions beyond the measured loads "
-        "widen. Real servers bend; the bundled simulator does not. Off by default "
+        "widen. Real servers bend, and so does the bundled simulator (as a knee: see --knee). "
+        "Off by default "
         "(benchmarks/load_extrapolation.md)",
     )
     p.add_argument(

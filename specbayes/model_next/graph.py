@@ -282,7 +282,7 @@ def sweep_knee(design: Design, pr: dict, passes, c2v_group):
     pooled structure, the geometric mean of its units' in the anchored one — not the cell's:
     the knee's extra is compute, the same per token in every cell, while a cell's
     :math:`c_{2v}` carries its own KV reads (with the cell's, the 256- and 1,024-token
-    prompts wanted different excesses, and the posterior had a second mode).
+    prompts wanted different excesses: ``benchmarks/knee.md``).
     """
     prior = pr.get("knee")
     if prior is None:
@@ -354,7 +354,8 @@ def _verifier_split(pr: dict, log_c1u, log_c2u, g_u: np.ndarray, share_max):
 
 def pooled_costs(design: Design, pr: dict) -> tuple:
     r"""Sweep costs of the pooled structure: hierarchy → decomposition → per-sweep deviation
-    (and, for :func:`sweep_curvature`, each sweep's :math:`c_{2p}, c_{2v}, c_{2d}, w`).
+    (and, for :func:`sweep_curvature`, each sweep's :math:`c_{2p}, c_{2v}, c_{2d}, w`; for
+    :func:`sweep_knee`, each group's level of :math:`c_{2v}`).
 
     .. math::
 
