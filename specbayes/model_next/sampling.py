@@ -24,6 +24,14 @@ from scipy.optimize import minimize
 #: (unconstrained) axis to start each chain (:func:`compile_model`); PyMC's default is 1.
 START_JITTER = 0.1
 
+#: The same with the knee (``priors["knee"]``): its likelihood has local optima in the knee's
+#: position (each a few measured batches crossing the turn), and the energy of a ±0.1 start —
+#: ~10 posterior widths on the tightly pinned axes — threw one or two chains of four into
+#: them in warmup, where they stayed (log density ~170 below the bulk: no posterior mass).
+#: From ±0.02 the demo's knee fit was healthy at three seeds of three; from ±0.1 at none
+#: (``benchmarks/knee.md``).
+KNEE_START_JITTER = 0.02
+
 #: Most L-BFGS iterations of :func:`optimised_start` (it stops earlier when converged).
 START_MAXITER = 5000
 
@@ -65,7 +73,8 @@ def check_options(options: dict | None) -> dict:
 
 def compile_model(model: pm.Model):
     """nutpie's compiled form of ``model`` (reuse it across seeds), each chain started at
-    :func:`optimised_start` plus a uniform jitter of half-width :data:`START_JITTER`.
+    :func:`optimised_start` plus a uniform jitter of half-width :data:`START_JITTER`
+    (:data:`KNEE_START_JITTER` with the knee).
 
     Why not PyMC's start (the support point, i.e. the prior centres, jittered by ±1 on
     every axis): the posterior of a group's log coefficients is ~100× narrower than its
@@ -86,11 +95,10 @@ def compile_model(model: pm.Model):
     t0 = time.perf_counter()
     centre = optimised_start(compiled.logp_func, compiled.initial_point_func(0))
     seconds = time.perf_counter() - t0
+    jitter = KNEE_START_JITTER if "knee_at" in model.named_vars else START_JITTER
 
     def start(seed):
-        return centre + np.random.default_rng(seed).uniform(
-            -START_JITTER, START_JITTER, centre.shape
-        )
+        return centre + np.random.default_rng(seed).uniform(-jitter, jitter, centre.shape)
 
     start.seconds = seconds  # reported apart from the compile (``sample``'s ``start_s``)
     return dataclasses.replace(compiled, initial_point_func=start)
