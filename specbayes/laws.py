@@ -395,25 +395,26 @@ def saturation_rps(c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | N
     found by bisection (:func:`_knee_saturation`).
     """
     if knee is not None:
-        return _knee_saturation(c1, c2, *knee)
+        return _knee_saturation(*_knee_arrays(c1, c2, knee))
     xp = _namespace(c1, c2, c3)
     with _quiet(xp):
         return 1.0 / (c2 + 2.0 * xp.sqrt(c1 * c3))
 
 
-def _knee_saturation(c1: Any, c2: Any, batch: Any, slope: Any, iterations: int = 60) -> Any:
-    r"""Saturation rate of :func:`knee_latency`: the headroom falls with the rate, from 1 at
-    zero load to :math:`\le 0` at :math:`1/C_2`; its zero is bracketed there and bisected."""
-    c1, c2, batch, slope = np.broadcast_arrays(
-        *(np.asarray(x, dtype=float) for x in (c1, c2, batch, slope))
-    )
-    lo, hi = np.zeros(c1.shape), 1.0 / c2
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        with np.errstate(all="ignore"):
-            ok = _knee_headroom(mid, c1, c2, batch, slope, np)[1]
-        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    return 0.5 * (lo + hi)
+def _knee_arrays(c1: Any, c2: Any, knee: tuple[Any, Any]) -> list[np.ndarray]:
+    """``c1, c2`` and the knee's ``batch, slope`` as broadcast float arrays."""
+    return np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (c1, c2, *knee)))
+
+
+def _knee_saturation(c1: np.ndarray, c2: np.ndarray, batch: np.ndarray, slope: np.ndarray):
+    r"""Saturation rate of :func:`knee_latency` (broadcast arrays, :func:`_knee_arrays`): the
+    headroom falls with the rate, from 1 at zero load to :math:`\le 0` at :math:`1/C_2`; the
+    last rate where it is still a headroom is bisected there (:func:`_bisect_below`)."""
+
+    def infeasible(lam):
+        return np.where(_knee_headroom(lam, c1, c2, batch, slope, np)[1], 0.0, 1.0)
+
+    return _bisect_below(infeasible, 0.0, 1.0 / c2)
 
 
 def _bisect_below(fn: Any, target: Any, hi: Any, iterations: int = 60) -> np.ndarray:
@@ -457,10 +458,7 @@ def rps_at_latency(
     """
     target = np.asarray(target, dtype=float)
     if knee is not None:
-        batch, slope = knee
-        c1, c2, batch, slope = np.broadcast_arrays(
-            *(np.asarray(x, dtype=float) for x in (c1, c2, batch, slope))
-        )
+        c1, c2, batch, slope = _knee_arrays(c1, c2, knee)
         top = _knee_saturation(c1, c2, batch, slope)
         return _bisect_below(lambda lam: knee_latency(lam, c1, c2, batch, slope), target, top)
     c1, c2, c3 = (np.asarray(a, dtype=float) for a in (c1, c2, c3))
@@ -527,10 +525,7 @@ def concurrency_at_latency(
     """
     target = np.asarray(target, dtype=float)
     if knee is not None:
-        batch, slope = knee
-        c1, c2, batch, slope = np.broadcast_arrays(
-            *(np.asarray(x, dtype=float) for x in (c1, c2, batch, slope))
-        )
+        c1, c2, batch, slope = _knee_arrays(c1, c2, knee)
         with np.errstate(all="ignore"):
             top = np.maximum(target - c1, 0.0) / c2
         return _bisect_below(

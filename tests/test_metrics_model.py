@@ -97,24 +97,12 @@ def test_jax_gradient_of_the_metric_model_is_pytensors_at_the_initial_point(real
     JAX gradient NaN (:class:`specbayes.model_next.truncated.Interval`). ``test_parallel.py``
     checks the same on the simulated open-loop graph without metrics."""
     pytest.importorskip("numpyro")
-    import jax
-    from pymc.sampling.jax import get_jaxified_logp
+    from jax_gradient import assert_jax_gradient_is_pymcs
 
     from specbayes import parallel
 
     parallel.jax_chain_method(1)  # registers the erfcx lowering of the sweep truncation
-    model = build_model(build_design(real_case.table), metrics=METRICS)
-    point = model.initial_point()
-    names = [v.name for v in model.value_vars]
-    grads = jax.grad(get_jaxified_logp(model))([point[n] for n in names])  # x64: pymc's import
-    got = np.concatenate([np.ravel(np.asarray(g)) for g in grads])
-    want = model.compile_dlogp()(point)
-    assert np.isfinite(want).all()
-    assert np.isfinite(got).all(), [
-        n for n, g in zip(names, grads, strict=True) if not np.isfinite(g).all()
-    ]
-    # relative 1e-6; entries that are zero up to rounding compare on the gradient's scale
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12 * np.abs(want).max())
+    assert_jax_gradient_is_pymcs(build_model(build_design(real_case.table), metrics=METRICS))
 
 
 def test_model_refuses_a_metric_the_rows_lack(real_case):

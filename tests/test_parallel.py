@@ -193,26 +193,13 @@ def test_jax_gradient_of_the_graph_is_pytensors_at_the_initial_point(sweeps):
     cost truncation bounds sit far from their location there — the case where a switch's
     unselected branch (erfcx overflowing, log1p(-1)) once made JAX's gradient NaN."""
     pytest.importorskip("numpyro")
-    import jax
-    import numpy as np
-    from pymc.sampling.jax import get_jaxified_logp
+    from jax_gradient import assert_jax_gradient_is_pymcs
 
     from specbayes.model_next import build_design, build_model
     from specbayes.model_next.fitted import prepare_table
 
     parallel.jax_chain_method(1)  # registers the erfcx lowering
-    model = build_model(build_design(prepare_table(sweeps, "sd"), "sd"))
-    point = model.initial_point()
-    names = [v.name for v in model.value_vars]
-    grads = jax.grad(get_jaxified_logp(model))([point[n] for n in names])  # x64: pymc's import
-    got = np.concatenate([np.ravel(np.asarray(g)) for g in grads])
-    want = model.compile_dlogp()(point)
-    assert np.isfinite(want).all()
-    assert np.isfinite(got).all(), [
-        n for n, g in zip(names, grads, strict=True) if not np.isfinite(g).all()
-    ]
-    # relative 1e-6; entries that are zero up to rounding compare on the gradient's scale
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12 * np.abs(want).max())
+    assert_jax_gradient_is_pymcs(build_model(build_design(prepare_table(sweeps, "sd"), "sd")))
 
 
 def test_truncated_normaliser_is_pymcs_with_finite_jax_gradients():

@@ -42,7 +42,12 @@ from specbayes.data import SweepTable, sweep_labels, validate_sweeps
 from specbayes.model_next.design import Design, build_design, configuration_key
 from specbayes.model_next.graph import _unit_workload, build_model
 from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
-from specbayes.model_next.likelihood import log_density, log_mean_latency, log_row_scale
+from specbayes.model_next.likelihood import (
+    log_density,
+    log_mean_latency,
+    log_row_scale,
+    posterior_log_row_scale,
+)
 from specbayes.model_next.metrics import (
     check_metrics,
     family,
@@ -332,18 +337,12 @@ class NextFit:
         dense = (rows["k"] == 0).to_numpy()
         out[:, dense, 2] = out[:, dense, 5] = 0.0
         data = {c: (("sample", "row"), out[..., j]) for j, c in enumerate(COEFS)}
-        knee = self._post().get("knee_tokens")  # the group's knee of the batch curvature
-        if knee is not None:
-            group = pd.Index(d.coords["group"]).get_indexer(
-                rows["verifier"] + "|" + rows["hardware"]
-            )
-            data["knee_tokens"] = (("sample", "row"), knee.values[:, group])
+        # per (verifier, hardware) group: the batch curvature's knee (``inverse_knee``) or the
+        # knee's position, excess and verifier cost (``knee``)
         post = self._post()
-        if "knee_at" in post:  # the group's knee (``priors["knee"]``)
-            group = pd.Index(d.coords["group"]).get_indexer(
-                rows["verifier"] + "|" + rows["hardware"]
-            )
-            for name in ("knee_at", "knee_excess", "knee_c2v"):
+        group = pd.Index(d.coords["group"]).get_indexer(rows["verifier"] + "|" + rows["hardware"])
+        for name in ("knee_tokens", "knee_at", "knee_excess", "knee_c2v"):
+            if name in post:
                 data[name] = (("sample", "row"), post[name].values[:, group])
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
 
@@ -732,13 +731,7 @@ class NextFit:
 
         d, post = self.design, self.idata.posterior
         mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
-        scale_mu = post["noise_mu"].values if "noise_mu" in post else mu  # the knee's (graph.py)
-        log_w = log_row_scale(
-            scale_mu,
-            post["log_c1"].values[..., d.obs_sweep],
-            post["noise_growth"].values[..., None],
-        )
-        sigma = post["sigma"].values[..., None] * np.exp(log_w)
+        sigma = post["sigma"].values[..., None] * np.exp(posterior_log_row_scale(post, d.obs_sweep))
         rng = np.random.default_rng([self.seed, 1])
         dims, coords = ("chain", "draw", "obs"), {"obs": np.arange(len(d.data))}
         groups = {

@@ -66,6 +66,18 @@ def log_row_scale(mu: Any, log_c1: Any, growth: Any) -> Any:
     return growth * (mu - log_c1)
 
 
+def posterior_log_row_scale(post: Any, sweep: np.ndarray) -> np.ndarray:
+    r""":func:`log_row_scale` of the fitted rows for every posterior draw (chain, draw, obs):
+    at the graph's ``noise_mu`` where it has one (the knee's: the noise grows with the
+    utilisation of the law without it, :mod:`specbayes.model_next.graph`), else at ``mu``.
+
+    ``post`` is the posterior with ``mu`` (and ``noise_mu``); ``sweep`` each row's sweep."""
+    location = post["noise_mu"].values if "noise_mu" in post else post["mu"].values
+    return log_row_scale(
+        location, post["log_c1"].values[..., sweep], post["noise_growth"].values[..., None]
+    )
+
+
 def log_density(y: Any, mu: Any, sigma: Any) -> Any:
     r"""Pointwise log density :math:`\log\mathcal N(\log L \mid \mu, \sigma)` (NumPy);
     ``sigma`` is the row's own scale :math:`\sigma w`."""

@@ -220,7 +220,7 @@ def add_sigma(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     sampled density) to ``idata.posterior``: one from
     :math:`\sigma^2 \mid \mu, y \sim IG(a + n/2, b + \tfrac12\sum r^2)`,
     :math:`r = (y - \mu)/w`, per draw (:func:`~specbayes.model_next.likelihood.draw_sigma`)."""
-    from specbayes.model_next.likelihood import draw_sigma, log_row_scale
+    from specbayes.model_next.likelihood import draw_sigma, posterior_log_row_scale
 
     obs = model["log_latency"]
     y = np.asarray(model.rvs_to_values[obs].data)
@@ -228,10 +228,7 @@ def add_sigma(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     post = idata.posterior
     sweep = np.asarray(model["obs_sweep"].get_value())
     mu = post["mu"].values
-    scale_mu = post["noise_mu"].values if "noise_mu" in post else mu  # the knee's (graph.py)
-    log_w = log_row_scale(
-        scale_mu, post["log_c1"].values[..., sweep], post["noise_growth"].values[..., None]
-    )
+    log_w = posterior_log_row_scale(post, sweep)
     rng = np.random.default_rng(seed)
     idata.posterior["sigma"] = (("chain", "draw"), draw_sigma(y, mu, log_w, a, b, rng))
 

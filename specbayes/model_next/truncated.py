@@ -115,13 +115,22 @@ class Interval(_PyMCInterval):
     bound back into the product JAX differentiates.
     """
 
-    def backward(self, value, *inputs):
+    def _graph_bounds(self, inputs):
+        """``(a, b, has_a, has_b, both, a2, b2)`` where both bounds are graphs (``None``
+        otherwise: PyMC's own transform): which bounds are finite, and the bounds of the
+        two-bound form with their finite stand-ins where it is not selected."""
         a, b, lower_bounded, upper_bounded = self.get_a_and_b(inputs)
         if not (lower_bounded and upper_bounded):
-            return super().backward(value, *inputs)
+            return None
         has_a, has_b = pt.neq(a, -pt.inf), pt.neq(b, pt.inf)
         both = pt.and_(has_a, has_b)
-        a2, b2 = pt.switch(both, a, -1.0), pt.switch(both, b, 1.0)
+        return a, b, has_a, has_b, both, pt.switch(both, a, -1.0), pt.switch(both, b, 1.0)
+
+    def backward(self, value, *inputs):
+        bounds = self._graph_bounds(inputs)
+        if bounds is None:
+            return super().backward(value, *inputs)
+        a, b, has_a, has_b, both, a2, b2 = bounds
         sigmoid_x = pt.sigmoid(value)
         exp_value = pt.exp(value)
         return pt.where(
@@ -135,12 +144,10 @@ class Interval(_PyMCInterval):
         )
 
     def log_jac_det(self, value, *inputs):
-        a, b, lower_bounded, upper_bounded = self.get_a_and_b(inputs)
-        if not (lower_bounded and upper_bounded):
+        bounds = self._graph_bounds(inputs)
+        if bounds is None:
             return super().log_jac_det(value, *inputs)
-        has_a, has_b = pt.neq(a, -pt.inf), pt.neq(b, pt.inf)
-        both = pt.and_(has_a, has_b)
-        a2, b2 = pt.switch(both, a, -1.0), pt.switch(both, b, 1.0)
+        _, _, has_a, has_b, both, a2, b2 = bounds
         return pt.where(
             both,
             pt.log(b2 - a2) - 2 * pt.softplus(-value) - value,
