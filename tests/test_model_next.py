@@ -58,6 +58,7 @@ def test_anchored_design_dims(real_case):
         "share_logit",
         "tokens_logit",
         "noise_growth",
+        "noise_count",
     }
 
 
@@ -140,6 +141,48 @@ def test_collapsed_noise_matches_normal_mixture():
     expect = np.log(sum(parts))
     got = float(collapsed_logp(y, mu, log_w, a, b).eval())
     np.testing.assert_allclose(got, expect, rtol=1e-6)
+
+
+def test_log_counts_reference_and_missing():
+    from specbayes.model_next.design import log_counts
+
+    rows = pd.DataFrame({"n_requests": [16.0, 100.0, np.nan, 625.0]})
+    log_count, ref = log_counts(rows)
+    assert ref == pytest.approx(100.0)  # geometric mean of the known counts
+    np.testing.assert_allclose(log_count, np.log([0.16, 1.0, 1.0, 6.25]), atol=1e-12)
+    # a given reference (a fitted design's) and a table without counts
+    np.testing.assert_allclose(log_counts(rows, 16.0)[0], np.log([1.0, 6.25, 1.0, 39.0625]))
+    assert log_counts(pd.DataFrame({"latency": [1.0, 2.0]})) == (pytest.approx([0, 0]), 1.0)
+
+
+def test_row_noise_shrinks_with_the_requests_averaged(demo_subset):
+    """A row's noise scale is sigma (1 - x)^-gamma (n / n_ref)^-beta in the sampled density."""
+    from specbayes.model_next.likelihood import collapsed_logp, log_row_scale
+
+    design = build_design(demo_subset)
+    assert np.ptp(design.log_count) > 0
+    model = build_model(design)
+    assert "noise_count" in model.named_vars
+    point = model.initial_point()
+    beta = 0.4
+    point["noise_count_log__"] = np.log(beta)
+
+    def at_point(out):
+        (out,) = model.replace_rvs_by_values([out])  # the variables at ``point``, not draws
+        return model.compile_fn(out, inputs=model.value_vars, on_unused_input="ignore")(point)
+
+    logp = at_point(model.logp(vars=[model["log_latency"]], sum=True))
+    mu, log_c1 = at_point(model["mu"]), at_point(model["log_c1"])[design.obs_sweep]
+    growth = float(np.exp(point["noise_growth_log__"]))
+    log_w = log_row_scale(mu, log_c1, growth, design.log_count, beta)
+    np.testing.assert_allclose(log_row_scale(0.0, 0.0, 0.0, np.log(4.0), 0.5), -np.log(2.0))
+    pr = merge_priors(None)["noise"]
+    expect = collapsed_logp(design.log_latency, mu, log_w, pr["alpha"], pr["beta"]).eval()
+    np.testing.assert_allclose(logp, expect, rtol=1e-6)
+    # without request counts there is nothing to learn beta from
+    without = validate_sweeps(demo_subset.data.drop(columns="n_requests").reset_index(drop=True))
+    no_counts = build_model(build_design(without))
+    assert "noise_count" not in no_counts.named_vars
 
 
 def test_merge_priors():

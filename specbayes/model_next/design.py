@@ -55,9 +55,10 @@ class Design:
     r"""Arrays of one dataset for :func:`specbayes.model_next.graph.build_model`.
 
     Per observation: ``obs_sweep``, ``load`` (rps open loop, N closed loop), ``obs_closed``,
-    ``log_latency``. Per sweep: ``sweep_unit``, ``k``, ``alpha`` (NaN where unknown or dense),
-    ``decode``, ``prefill``, ``closed`` (all rows closed loop), ``log_wall``
-    (:math:`-\log\lambda_\max` over its
+    ``log_latency``, ``log_count`` (:func:`log_counts`: the requests each row's mean is
+    taken over, relative to ``count_ref``). Per sweep: ``sweep_unit``, ``k``, ``alpha`` (NaN
+    where unknown or dense), ``decode``, ``prefill``, ``closed`` (all rows closed loop),
+    ``log_wall`` (:math:`-\log\lambda_\max` over its
     open-loop rows, ``inf`` if none: the upper bound of :math:`\log C_2`), ``drafter``,
     ``sweep_draft`` (its draft unit, -1 for dense sweeps). Per unit: ``unit_group``,
     ``unit_dense`` (its dense sweep, or -1). Per draft unit: ``draft_unit_of`` (its unit),
@@ -87,6 +88,8 @@ class Design:
     sweep_draft: np.ndarray
     draft_unit_of: np.ndarray
     draft_group_of: np.ndarray
+    log_count: np.ndarray | None = None
+    count_ref: float = float("nan")
     extra: dict = field(default_factory=dict)
 
     @property
@@ -185,6 +188,7 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
     sd = np.flatnonzero(~is_dense)
     alpha = sweeps["alpha"].to_numpy(float)
     drafts = _draft_units(sweeps, sd, units)
+    log_count, count_ref = log_counts(data)
     coords = {
         "obs": np.arange(len(data)),
         "sweep": list(sweeps.index),
@@ -225,11 +229,30 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
         sweep_draft=drafts["sweep_draft"],
         draft_unit_of=drafts["unit_of"],
         draft_group_of=drafts["group_of"],
+        log_count=log_count,
+        count_ref=count_ref,
         extra={"sweeps": sweeps, "sweep_latent": drafts["sweep_latent"]},
     )
     if structure == "anchored":
         _check_anchored(design)
     return design
+
+
+def log_counts(rows: pd.DataFrame, ref: float | None = None) -> tuple[np.ndarray, float]:
+    r"""Per row :math:`\log(n_i/n_\mathrm{ref})`, :math:`n_i` the requests its mean latency is
+    taken over (``n_requests``), and :math:`n_\mathrm{ref}`.
+
+    ``ref`` defaults to the geometric mean of the rows' counts (1 where none is known). A
+    row without a count is taken at the reference (``0``): the typical row of the fit — what a
+    planned load point with no count is predicted as.
+    """
+    n = pd.to_numeric(rows.get("n_requests", pd.Series(np.nan, index=rows.index)),
+                      errors="coerce").to_numpy(float)  # fmt: skip
+    known = np.isfinite(n) & (n > 0)
+    if ref is None:
+        ref = float(np.exp(np.log(n[known]).mean())) if known.any() else 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(known, np.log(n / ref), 0.0), ref
 
 
 def _draft_units(sweeps: pd.DataFrame, sd: np.ndarray, units: list) -> dict:

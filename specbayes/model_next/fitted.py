@@ -39,7 +39,7 @@ from scipy import stats
 
 from specbayes import __version__, laws
 from specbayes.data import SweepTable, sweep_labels, validate_sweeps
-from specbayes.model_next.design import Design, build_design, configuration_key
+from specbayes.model_next.design import Design, build_design, configuration_key, log_counts
 from specbayes.model_next.graph import _unit_workload, build_model
 from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
 from specbayes.model_next.likelihood import (
@@ -546,13 +546,18 @@ class NextFit:
         """(sample, row) expected log latency :math:`\\mu` (``inf`` past the wall) and the
         rows' noise scale :math:`\\sigma (1 - x)^{-\\gamma}`."""
         st = self._row_state(rows, measured, seed)
-        return st["mu"], self._row_sigma(st["scale_mu"], st["log_c1"])
+        return st["mu"], self._row_sigma(st["scale_mu"], st["log_c1"], st["rows"])
 
-    def _row_sigma(self, mu: np.ndarray, log_c1: np.ndarray) -> np.ndarray:
+    def _row_sigma(self, mu: np.ndarray, log_c1: np.ndarray, rows: pd.DataFrame) -> np.ndarray:
+        r"""(sample, row) noise scale :math:`\sigma w` (a row without ``n_requests`` taken at
+        the fit's reference count)."""
         post = self._post()
         growth = post["noise_growth"].values[:, None]
+        count = post["noise_count"].values[:, None] if "noise_count" in post else 0.0
+        log_count, _ = log_counts(rows, self.design.count_ref)
         with np.errstate(all="ignore"):
-            return post["sigma"].values[:, None] * np.exp(log_row_scale(mu, log_c1, growth))
+            log_w = log_row_scale(mu, log_c1, growth, log_count, count)
+            return post["sigma"].values[:, None] * np.exp(log_w)
 
     def mean_latency(
         self, rows: pd.DataFrame, *, measured: bool = False, seed: int | None = None
@@ -731,7 +736,8 @@ class NextFit:
 
         d, post = self.design, self.idata.posterior
         mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
-        sigma = post["sigma"].values[..., None] * np.exp(posterior_log_row_scale(post, d.obs_sweep))
+        log_w = posterior_log_row_scale(post, d.obs_sweep, d.log_count)
+        sigma = post["sigma"].values[..., None] * np.exp(log_w)
         rng = np.random.default_rng([self.seed, 1])
         dims, coords = ("chain", "draw", "obs"), {"obs": np.arange(len(d.data))}
         groups = {

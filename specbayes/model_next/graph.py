@@ -109,7 +109,7 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         pm.CustomDist(
             "log_latency",
             mu,
-            log_row_scale(scale_mu, log_c1[sweep], growth),
+            log_row_scale(scale_mu, log_c1[sweep], growth, *_count_term(design, pr)),
             pt.as_tensor(np.float64(pr["noise"]["alpha"])),
             pt.as_tensor(np.float64(pr["noise"]["beta"])),
             logp=collapsed_logp,
@@ -121,6 +121,17 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         if metrics:
             metric_likelihood(design, pr, check_metrics(metrics), log_c1, log_c2, mu)
     return model
+
+
+def _count_term(design: Design, pr: dict) -> tuple:
+    r"""Each row's :math:`\log(n_i/n_\mathrm{ref})` and the exponent :math:`\beta`
+    (``noise_count``) of its noise scale :math:`(n_i/n_\mathrm{ref})^{-\beta}`; ``(0, 0)``
+    where the rows' request counts do not differ (nothing to learn it from)."""
+    log_count = design.log_count if design.log_count is not None else np.zeros(len(design.load))
+    if np.ptp(log_count) == 0:
+        return 0.0, 0.0
+    count = pm.HalfNormal("noise_count", **pr["noise_count"])
+    return pm.Data("log_count", log_count, dims="obs"), count
 
 
 class SoftplusTransform(Transform):
