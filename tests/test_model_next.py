@@ -58,7 +58,6 @@ def test_anchored_design_dims(real_case):
         "share_logit",
         "tokens_logit",
         "noise_growth",
-        "noise_count",
     }
 
 
@@ -156,16 +155,14 @@ def test_log_counts_reference_and_missing():
 
 
 def test_row_noise_shrinks_with_the_requests_averaged(demo_subset):
-    """A row's noise scale is sigma (1 - x)^-gamma (n / n_ref)^-beta in the sampled density."""
+    """A row's noise scale is sigma (1 - x)^-gamma (n / n_ref)^-1/2 in the sampled density,
+    and in the stored log likelihood of a fit."""
     from specbayes.model_next.likelihood import collapsed_logp, log_row_scale
 
     design = build_design(demo_subset)
     assert np.ptp(design.log_count) > 0
     model = build_model(design)
-    assert "noise_count" in model.named_vars
     point = model.initial_point()
-    beta = 0.4
-    point["noise_count_log__"] = np.log(beta)
 
     def at_point(out):
         (out,) = model.replace_rvs_by_values([out])  # the variables at ``point``, not draws
@@ -174,15 +171,14 @@ def test_row_noise_shrinks_with_the_requests_averaged(demo_subset):
     logp = at_point(model.logp(vars=[model["log_latency"]], sum=True))
     mu, log_c1 = at_point(model["mu"]), at_point(model["log_c1"])[design.obs_sweep]
     growth = float(np.exp(point["noise_growth_log__"]))
-    log_w = log_row_scale(mu, log_c1, growth, design.log_count, beta)
-    np.testing.assert_allclose(log_row_scale(0.0, 0.0, 0.0, np.log(4.0), 0.5), -np.log(2.0))
+    log_w = log_row_scale(mu, log_c1, growth, design.log_count)
+    np.testing.assert_allclose(log_row_scale(0.0, 0.0, 0.0, np.log(4.0)), -np.log(2.0))
     pr = merge_priors(None)["noise"]
     expect = collapsed_logp(design.log_latency, mu, log_w, pr["alpha"], pr["beta"]).eval()
     np.testing.assert_allclose(logp, expect, rtol=1e-6)
-    # without request counts there is nothing to learn beta from
+    # without request counts every row is the reference row
     without = validate_sweeps(demo_subset.data.drop(columns="n_requests").reset_index(drop=True))
-    no_counts = build_model(build_design(without))
-    assert "noise_count" not in no_counts.named_vars
+    assert not build_design(without).log_count.any()
 
 
 def test_merge_priors():

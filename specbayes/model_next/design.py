@@ -88,8 +88,8 @@ class Design:
     sweep_draft: np.ndarray
     draft_unit_of: np.ndarray
     draft_group_of: np.ndarray
-    log_count: np.ndarray | None = None
-    count_ref: float = float("nan")
+    log_count: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    count_ref: float = 1.0
     extra: dict = field(default_factory=dict)
 
     @property

@@ -553,10 +553,9 @@ class NextFit:
         the fit's reference count)."""
         post = self._post()
         growth = post["noise_growth"].values[:, None]
-        count = post["noise_count"].values[:, None] if "noise_count" in post else 0.0
         log_count, _ = log_counts(rows, self.design.count_ref)
         with np.errstate(all="ignore"):
-            log_w = log_row_scale(mu, log_c1, growth, log_count, count)
+            log_w = log_row_scale(mu, log_c1, growth, log_count)
             return post["sigma"].values[:, None] * np.exp(log_w)
 
     def mean_latency(

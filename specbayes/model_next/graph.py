@@ -72,6 +72,8 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         load = pm.Data("load", design.load, dims="obs")
         sweep = pm.Data("obs_sweep", design.obs_sweep, dims="obs")
         closed = pm.Data("closed", design.obs_closed, dims="obs")
+        # log(n/n_ref): the requests each row's mean is taken over (0 where not reported)
+        log_count = pm.Data("log_count", design.log_count, dims="obs")
 
         # per-sweep costs (the identified axes) and the coefficients behind them
         if design.structure == "anchored":
@@ -109,7 +111,7 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         pm.CustomDist(
             "log_latency",
             mu,
-            log_row_scale(scale_mu, log_c1[sweep], growth, *_count_term(design, pr)),
+            log_row_scale(scale_mu, log_c1[sweep], growth, log_count),
             pt.as_tensor(np.float64(pr["noise"]["alpha"])),
             pt.as_tensor(np.float64(pr["noise"]["beta"])),
             logp=collapsed_logp,
@@ -121,17 +123,6 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         if metrics:
             metric_likelihood(design, pr, check_metrics(metrics), log_c1, log_c2, mu)
     return model
-
-
-def _count_term(design: Design, pr: dict) -> tuple:
-    r"""Each row's :math:`\log(n_i/n_\mathrm{ref})` and the exponent :math:`\beta`
-    (``noise_count``) of its noise scale :math:`(n_i/n_\mathrm{ref})^{-\beta}`; ``(0, 0)``
-    where the rows' request counts do not differ (nothing to learn it from)."""
-    log_count = design.log_count if design.log_count is not None else np.zeros(len(design.load))
-    if np.ptp(log_count) == 0:
-        return 0.0, 0.0
-    count = pm.HalfNormal("noise_count", **pr["noise_count"])
-    return pm.Data("log_count", log_count, dims="obs"), count
 
 
 class SoftplusTransform(Transform):

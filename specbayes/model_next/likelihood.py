@@ -57,16 +57,16 @@ def _pt_exp(x: Any) -> Any:
     return pt.exp(x)
 
 
-def log_row_scale(mu: Any, log_c1: Any, growth: Any, log_count: Any = 0.0, count: Any = 0.0) -> Any:
+def log_row_scale(mu: Any, log_c1: Any, growth: Any, log_count: Any = 0.0) -> Any:
     r"""Log noise scale of each row relative to :math:`\sigma`:
-    :math:`\log w = \gamma(\mu - \log C_1) - \beta \log(n/n_\mathrm{ref})`, i.e.
-    :math:`w = (1 - x)^{-\gamma} (n/n_\mathrm{ref})^{-\beta}` with :math:`x` the row's
+    :math:`\log w = \gamma(\mu - \log C_1) - \tfrac12 \log(n/n_\mathrm{ref})`, i.e.
+    :math:`w = (1 - x)^{-\gamma} (n/n_\mathrm{ref})^{-1/2}` with :math:`x` the row's
     utilisation and :math:`n` the requests its mean is taken over — a queue near saturation
-    averages fewer independent waits per request, and a mean over few requests is noisier
-    (``growth`` :math:`\gamma \ge 0`, ``count`` :math:`\beta \ge 0`; a pure sampling
-    error has :math:`\beta = 1/2`; 0 is constant noise). ``log_count`` is
-    :func:`specbayes.model_next.design.log_counts`."""
-    return growth * (mu - log_c1) - count * log_count
+    averages fewer independent waits per request (``growth`` :math:`\gamma \ge 0`; 0 is
+    constant noise), and a mean of :math:`n` requests has a standard error
+    :math:`\propto n^{-1/2}`. ``log_count`` is :func:`specbayes.model_next.design.log_counts`
+    (0 for a row without a count: the reference row)."""
+    return growth * (mu - log_c1) - 0.5 * log_count
 
 
 def posterior_log_row_scale(post: Any, sweep: np.ndarray, log_count: Any = 0.0) -> np.ndarray:
@@ -74,16 +74,14 @@ def posterior_log_row_scale(post: Any, sweep: np.ndarray, log_count: Any = 0.0) 
     at the graph's ``noise_mu`` where it has one (the knee's: the noise grows with the
     utilisation of the law without it, :mod:`specbayes.model_next.graph`), else at ``mu``.
 
-    ``post`` is the posterior with ``mu`` (and ``noise_mu``, ``noise_count``); ``sweep``
-    each row's sweep, ``log_count`` its :math:`\log(n/n_\mathrm{ref})`."""
+    ``post`` is the posterior with ``mu`` (and ``noise_mu``); ``sweep`` each row's sweep,
+    ``log_count`` its :math:`\log(n/n_\mathrm{ref})`."""
     location = post["noise_mu"].values if "noise_mu" in post else post["mu"].values
-    count = post["noise_count"].values[..., None] if "noise_count" in post else 0.0
     return log_row_scale(
         location,
         post["log_c1"].values[..., sweep],
         post["noise_growth"].values[..., None],
         np.asarray(log_count),
-        count,
     )
 
 

@@ -142,14 +142,6 @@ Both
         (:class:`specbayes.model_next.graph.SoftplusTransform`; the prior is unchanged):
         under the log transform the steep upper side of a small sweep's :math:`\gamma`
         posterior was where its rare divergences happened.
-    ``noise_count``
-        HalfNormal scale of :math:`\beta` in the row's noise factor
-        :math:`(n/n_\mathrm{ref})^{-\beta}`, :math:`n` the requests its mean latency is
-        taken over (``n_requests``; a pure sampling error has :math:`\beta = 1/2`).
-        Sampled only where the rows' counts differ. The simulator's synchronous points
-        average 16 requests, its top rates ~1,700: with one noise scale for both, a 2 %
-        low synchronous point (the acceptance of 16 requests) was an outlier that pulled
-        its sweep's :math:`C_1`.
 """
 
 from __future__ import annotations
@@ -180,7 +172,6 @@ KNEE: dict[str, dict] = {
 DEFAULT_PRIORS: dict[str, dict] = {
     "noise": {"alpha": 1.0, "beta": 5e-5},
     "noise_growth": {"sigma": 0.5},
-    "noise_count": {"sigma": 0.5},
     # anchored
     "log_c1_dense": {"mu": np.log(2.0), "sigma": 2.0},
     "log_c2_dense": {"mu": np.log(0.02), "sigma": 2.5},

@@ -228,8 +228,7 @@ def add_sigma(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     post = idata.posterior
     sweep = np.asarray(model["obs_sweep"].get_value())
     mu = post["mu"].values
-    log_count = model["log_count"].get_value() if "log_count" in model.named_vars else 0.0
-    log_w = posterior_log_row_scale(post, sweep, log_count)
+    log_w = posterior_log_row_scale(post, sweep, np.asarray(model["log_count"].get_value()))
     rng = np.random.default_rng(seed)
     idata.posterior["sigma"] = (("chain", "draw"), draw_sigma(y, mu, log_w, a, b, rng))
 
