@@ -155,9 +155,15 @@ def test_log_counts_reference_and_missing():
 
 
 def test_row_noise_shrinks_with_the_requests_averaged(demo_subset):
-    """A row's noise scale is sigma (1 - x)^-gamma (n / n_ref)^-1/2 in the sampled density,
-    and in the stored log likelihood of a fit."""
-    from specbayes.model_next.likelihood import collapsed_logp, log_row_scale
+    """A row's noise scale is sigma (1 - x)^-gamma (n / n_ref)^-1/2 in the sampled density and
+    in what the artefact stores (``posterior_log_row_scale``)."""
+    import xarray as xr
+
+    from specbayes.model_next.likelihood import (
+        collapsed_logp,
+        log_row_scale,
+        posterior_log_row_scale,
+    )
 
     design = build_design(demo_subset)
     assert np.ptp(design.log_count) > 0
@@ -176,6 +182,16 @@ def test_row_noise_shrinks_with_the_requests_averaged(demo_subset):
     pr = merge_priors(None)["noise"]
     expect = collapsed_logp(design.log_latency, mu, log_w, pr["alpha"], pr["beta"]).eval()
     np.testing.assert_allclose(logp, expect, rtol=1e-6)
+    # the stored log likelihood's scale: the same function of one posterior draw
+    post = xr.Dataset(
+        {
+            "mu": (("chain", "draw", "obs"), mu[None, None]),
+            "log_c1": (("chain", "draw", "sweep"), at_point(model["log_c1"])[None, None]),
+            "noise_growth": (("chain", "draw"), np.full((1, 1), growth)),
+        }
+    )
+    stored = posterior_log_row_scale(post, design.obs_sweep, design.log_count)
+    np.testing.assert_allclose(stored[0, 0], log_w, rtol=1e-12)
     # without request counts every row is the reference row
     without = validate_sweeps(demo_subset.data.drop(columns="n_requests").reset_index(drop=True))
     assert not build_design(without).log_count.any()

@@ -246,8 +246,8 @@ def log_counts(rows: pd.DataFrame, ref: float | None = None) -> tuple[np.ndarray
     row without a count is taken at the reference (``0``): the typical row of the fit — what a
     planned load point with no count is predicted as.
     """
-    n = pd.to_numeric(rows.get("n_requests", pd.Series(np.nan, index=rows.index)),
-                      errors="coerce").to_numpy(float)  # fmt: skip
+    n = rows["n_requests"] if "n_requests" in rows else pd.Series(np.nan, index=rows.index)
+    n = pd.to_numeric(n, errors="coerce").to_numpy(float)
     known = np.isfinite(n) & (n > 0)
     if ref is None:
         ref = float(np.exp(np.log(n[known]).mean())) if known.any() else 1.0

@@ -9,7 +9,8 @@ One density. Every row's expected log latency is
 :func:`~specbayes.model_next.likelihood.log_mean_latency` of its configuration's costs
 :math:`(\log C_1, \log C_2)`, and its density is
 :math:`\mathcal N(\log L \mid \mu, \sigma_i)` (``likelihood.log_density``), the row's noise
-scale :math:`\sigma_i = \sigma (1 - x_i)^{-\gamma}` (``likelihood.log_row_scale``) with
+scale :math:`\sigma_i = \sigma (1 - x_i)^{-\gamma} (n_i/n_\mathrm{ref})^{-1/2}`
+(``likelihood.log_row_scale``; a row without ``n_requests`` at :math:`n_\mathrm{ref}`) with
 :math:`\sigma` drawn exactly from its conditional (``sampling.add_sigma``).
 A configuration the fit saw uses its sampled costs (the graph's ``log_c1``, ``log_c2``); an unseen
 one gets them from the coefficients through :func:`specbayes.laws.effective_costs` — for a
@@ -544,7 +545,7 @@ class NextFit:
         self, rows: pd.DataFrame, measured: bool, seed: int | None
     ) -> tuple[np.ndarray, np.ndarray]:
         """(sample, row) expected log latency :math:`\\mu` (``inf`` past the wall) and the
-        rows' noise scale :math:`\\sigma (1 - x)^{-\\gamma}`."""
+        rows' noise scale (:meth:`_row_sigma`)."""
         st = self._row_state(rows, measured, seed)
         return st["mu"], self._row_sigma(st["scale_mu"], st["log_c1"], st["rows"])
 
