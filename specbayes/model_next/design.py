@@ -88,8 +88,8 @@ class Design:
     sweep_draft: np.ndarray
     draft_unit_of: np.ndarray
     draft_group_of: np.ndarray
-    log_count: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    count_ref: float = 1.0
+    log_count: np.ndarray
+    count_ref: float
     extra: dict = field(default_factory=dict)
 
     @property
