@@ -62,14 +62,23 @@ class Interrupted(KeyboardInterrupt):
 #: Signals received by this process (:func:`check_interrupted` re-raises the first one).
 _RECEIVED: list[int] = []
 
+#: The Python frames a signal interrupted, held until the command ends: unwinding them ran
+#: llvmlite's ``__del__`` on a module numba was still building, and its native dispose
+#: crashed the process with SIGSEGV after the one line was printed (``benchmarks/
+#: interrupts.md``). The console script then ends with ``os._exit`` (:func:`main`), running
+#: none of those destructors.
+_HELD_FRAMES: list = []
+
 
 def _raise_interrupted(signum: int, frame) -> None:
     _RECEIVED.append(signum)
+    _HELD_FRAMES.append(frame)
     raise Interrupted(signum)
 
 
 def _raise_again(signum: int, frame) -> None:
     if _RECEIVED:
+        _HELD_FRAMES.append(frame)
         raise Interrupted(_RECEIVED[0])
 
 
@@ -300,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+    _HELD_FRAMES.clear()  # an in-process caller goes on: let the interrupted frames go
     return code
 
 
