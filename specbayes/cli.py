@@ -99,6 +99,7 @@ def install_signal_handlers() -> dict:
     :func:`restore_signal_handlers` (nothing outside the main thread, where Python cannot set
     signal handlers)."""
     _RECEIVED.clear()
+    _HELD_FRAMES.clear()
     if threading.current_thread() is not threading.main_thread():
         return {}
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
