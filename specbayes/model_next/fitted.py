@@ -29,7 +29,6 @@ draw, so saturation of new loads is a probability over draws.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -70,14 +69,6 @@ __all__ = ["MODEL_ID", "NextFit", "fit_next", "load_next"]
 #: Written into every artefact of this core; :func:`specbayes.fit.load_fit` dispatches on it.
 MODEL_ID = "specbayes.model_next/1"
 
-#: Held while a model is built (:func:`fit_next`, :attr:`NextFit.model`). Two fits building
-#: at once in one process (a Dask cluster of threads) got densities that differ in
-#: floating-point order from the same models built one after the other — not in value at
-#: 12 digits, but enough to send the optimised start to another local optimum — so their
-#: draws depended on the threads' timing (``benchmarks/model_core.md``, 2026-12-05).
-#: Sampling, the long part, is not held.
-_BUILD_LOCK = threading.Lock()
-
 
 def fit_next(
     sweeps: pd.DataFrame | SweepTable,
@@ -116,10 +107,9 @@ def fit_next(
     options = check_options(sampler_options)
     metrics = check_metrics(metrics)
     t0 = time.perf_counter()
-    with _BUILD_LOCK:
-        table = prepare_table(sweeps, level)
-        design = build_design(table, level, structure)
-        model = build_model(design, priors, metrics)
+    table = prepare_table(sweeps, level)
+    design = build_design(table, level, structure)
+    model = build_model(design, priors, metrics)
     t1 = time.perf_counter()
     idata, timing = sample(model, seed, progress=progress, **options)
     config = {
@@ -208,10 +198,7 @@ class NextFit:
     def model(self):
         """The ``pm.Model`` (rebuilt from code after loading)."""
         if self._model is None:
-            with _BUILD_LOCK:
-                self._model = build_model(
-                    self.design, self.config.get("priors") or None, self.metrics
-                )
+            self._model = build_model(self.design, self.config.get("priors") or None, self.metrics)
         return self._model
 
     @property

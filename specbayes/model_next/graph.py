@@ -27,6 +27,8 @@ outside the prior's support, not a NaN.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pandas as pd
 import pymc as pm
@@ -45,6 +47,13 @@ from specbayes.model_next.likelihood import (
 from specbayes.model_next.metrics import check_metrics, metric_likelihood
 from specbayes.model_next.priors import group_level_prior, merge_priors
 from specbayes.model_next.truncated import TruncatedNormal
+
+#: Held while :func:`build_model` builds a model. Two models built at once in one process (a
+#: Dask cluster of threads) got densities that differ in floating-point order from the same
+#: models built one after the other — not in value at 12 digits, but enough to send the
+#: optimised start to another local optimum — so their draws depended on the threads' timing
+#: (``benchmarks/model_core.md``, 2026-12-05). Sampling, the long part, is not held.
+_BUILD_LOCK = threading.Lock()
 
 
 def build_model(design: Design, priors: dict | None = None, metrics: tuple = ()) -> pm.Model:
@@ -67,7 +76,8 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         ``log_c1``, ``log_c2`` (dims ``sweep``) and the coefficients as deterministics.
     """
     pr = merge_priors(priors)
-    with pm.Model(coords=design.coords) as model:
+    # one model built at a time in a process (:data:`_BUILD_LOCK`)
+    with _BUILD_LOCK, pm.Model(coords=design.coords) as model:
         # data: one row per load point
         load = pm.Data("load", design.load, dims="obs")
         sweep = pm.Data("obs_sweep", design.obs_sweep, dims="obs")
