@@ -11,24 +11,19 @@ import pytest
 from scipy.optimize import curve_fit
 
 from specbayes import laws
-from specbayes.catalog import load_hardware
 from specbayes.data import OPTIONAL_COLUMNS, validate_sweeps
 from specbayes.sim import EngineConfig, build_dataset, make_config, run_point, simulate_point
 from specbayes.sim.costs import (
     COMPUTE,
+    DECODE_SCALE,
     EAGER_LAYER,
-    FLOP_LOGIT,
-    FLOP_PAIR,
     FLOP_TOKEN,
     GQA_GROUP,
-    KNEE,
-    KNEE_SLOPE,
     KV_HEAD_TOKEN,
     L2_BYTES,
     LAYERS,
     WINDOW,
     attention_pairs,
-    knee_factor,
     kv_reread_factor,
     pass_time,
     unpacked_decode_pairs,
@@ -69,16 +64,16 @@ def _hand_latency(cfg, budget: int) -> float:
         q = k + 1
         pairs = attention_pairs(s, q)
         sw = min(s, w) if w > 0 else 0.0
-        t += pass_time(cfg.vcost, q, q, s, sw, pairs, 0.0, 1) + (v_eager if q > cap else 0)
+        t += pass_time(cfg.vcost, q, q, s, sw, pairs, 0.0, 1, q) + (v_eager if q > cap else 0)
         if k > 0 and cfg.parallel_draft:  # one pass: k block queries + the q verified tokens
             d_pairs = k * s + k * (k + 1) / 2.0 + pairs
-            t += pass_time(cfg.dcost, k + q, k, s, 0.0, d_pairs, 0.0, 1)
+            t += pass_time(cfg.dcost, k + q, k, s, 0.0, d_pairs, 0.0, 1, k + q)
             t += d_eager if (k + q > cap or not cfg.draft_graph) else 0
             t += e.spec_step_overhead_s + e.spec_seq_overhead_s
         elif k > 0:
-            t += pass_time(cfg.dcost, q, 1, s, 0.0, pairs, 0.0, 1) + (d_eager if q > cap else 0)
+            t += pass_time(cfg.dcost, q, 1, s, 0.0, pairs, 0.0, 1, q) + (d_eager if q > cap else 0)
             t += (k - 1) * (
-                pass_time(cfg.dcost, 1, 1, s, 0.0, s + 1, 0.0, 1) + (d_eager if cap < 1 else 0)
+                pass_time(cfg.dcost, 1, 1, s, 0.0, s + 1, 0.0, 1, 1) + (d_eager if cap < 1 else 0)
             )
             t += e.spec_step_overhead_s + e.spec_seq_overhead_s
         commit = min(k + 1, g - gen)  # alpha = 1: every draft accepted
@@ -181,43 +176,39 @@ def test_real_b200_speedups_within_20_percent_at_light_and_heavy_load():
     assert sim_gain[64] < 0.7 * sim_gain[1]
 
 
-def test_compute_knee_bends_large_decode_passes_only():
-    """Issue 40: decode tokens past the knee (2.5 ridge points) cost 1 + slope times their
-    compute; prefill chunks and passes below the knee keep the linear roofline."""
+def test_decode_tokens_gemms_cost_the_decode_compute_scale():
+    """Issue 40: a decode token's layer GEMMs cost ``decode_compute_scale`` times a prefill
+    token's compute; the weights, KV, attention and overheads do not change."""
     cfg = make_config("Qwen3.8-27B", hardware="B200", k=7, alpha=0.7, drafter="DSpark-Qwen3.8-27B")
     vc = cfg.vcost
     e = EngineConfig()
-    hw = load_hardware("B200")
-    assert vc[KNEE] == pytest.approx(e.compute_knee_ridges * hw.compute / hw.bandwidth)
-    assert 322 < vc[KNEE] < 1168  # inside the 90 % interval of the fit on data/real
-    assert vc[KNEE_SLOPE] == e.compute_knee_slope > 0
-    knee = vc[KNEE]
-    assert knee_factor(vc, 0.5 * knee, 0.5 * knee) == 1.0
-    assert knee_factor(vc, 2 * knee, 2 * knee) == pytest.approx(1 + e.compute_knee_slope / 2)
-    assert knee_factor(vc, 4 * knee, 0.0) == 1.0  # a prefill chunk: no decode tokens
-    # the extra compute is the excess tokens' share: s x (T_d - K) tokens' worth
+    assert vc[DECODE_SCALE] == cfg.dcost[DECODE_SCALE] == e.decode_compute_scale > 1
     flat = vc.copy()
-    flat[KNEE_SLOPE] = flat[KNEE] = 0.0
-    t, ctx = 2.0 * knee, 1000.0 * 2 * knee / 8
-    args = (t, t, ctx, 0.0, t * 1000.0, 0.0, t / 8)
-    assert pass_time(vc, *args) == pass_time(flat, *args)  # knee tokens default to none
-    extra = pass_time(vc, *args, t) - pass_time(flat, *args, t)
-    compute = (t * vc[FLOP_TOKEN] + t * vc[FLOP_LOGIT] + t * 1000.0 * vc[FLOP_PAIR]) / vc[COMPUTE]
-    assert extra == pytest.approx(e.compute_knee_slope * (t - knee) / t * compute)
-    # on data/real's geometry: DSpark's 1,024 verified tokens at 128 streams bend, dense's 128
-    # decode tokens do not
-    kw = dict(hardware="B200", prefill=150, decode=400, concurrency=128, n_requests=400)
-    off = replace(e, compute_knee_slope=0.0)
+    flat[DECODE_SCALE] = 1.0
+    t, ctx = 512.0, 64.0 * 1000.0
+    args = (t, t, ctx, 0.0, t * 1000.0, 0.0, 64.0)
+    assert pass_time(vc, *args) == pass_time(flat, *args)  # a prefill chunk: no decode tokens
+    for n_dec in (1.0, 100.0, t):
+        extra = pass_time(vc, *args, n_dec) - pass_time(flat, *args, n_dec)
+        gemm = n_dec * vc[FLOP_TOKEN] / vc[COMPUTE]
+        assert extra == pytest.approx((e.decode_compute_scale - 1.0) * gemm)
+    # on data/real's geometry: the scale costs DSpark's 8 verified tokens per sequence more
+    # than dense decoding's one, the more so the larger the batch
+    kw = dict(hardware="B200", prefill=150, decode=400, n_requests=400)
+    one = replace(e, decode_compute_scale=1.0)
     sd = dict(k=7, alpha=0.73, drafter="DSpark-Qwen3.8-27B")
     lat = {
-        (arm, eng.compute_knee_slope): simulate_point("Qwen3.8-27B", engine=eng, **kw, **a)[
-            "latency"
-        ]
+        (arm, n, eng.decode_compute_scale): simulate_point(
+            "Qwen3.8-27B", engine=eng, concurrency=n, **kw, **a
+        )["latency"]
         for arm, a in (("dense", {}), ("sd", sd))
-        for eng in (e, off)
+        for n in (1, 64)
+        for eng in (e, one)
     }
-    assert lat[("dense", e.compute_knee_slope)] == lat[("dense", 0.0)]
-    assert lat[("sd", e.compute_knee_slope)] > 1.1 * lat[("sd", 0.0)]
+    cost = {key: lat[key] / lat[(*key[:2], 1.0)] for key in lat if key[2] != 1.0}
+    assert cost[("sd", 64, e.decode_compute_scale)] > cost[("dense", 64, e.decode_compute_scale)]
+    assert cost[("sd", 64, e.decode_compute_scale)] > cost[("sd", 1, e.decode_compute_scale)]
+    assert cost[("sd", 64, e.decode_compute_scale)] > 1.05
 
 
 def test_demo_planned_arm_loses_its_gain_with_load():
@@ -356,7 +347,7 @@ def test_sd_speedup_falls_with_load_for_typical_alpha():
     c1s, c2s, _, _ = _fit(sd)
     assert c1s / c1d < 1  # SD wins at zero load
     assert c2s / c2d > 1  # ... and its load-dependent cost is higher
-    r = np.array([0.0, 0.4, 0.8])
+    r = np.array([0.0, 0.3, 0.6, 0.9]) * c2d / c2s  # dense utilisation, up to 0.9 of SD's wall
     s = laws.speedup_from_ratios(r, c1s / c1d, c2s / c2d)
     assert np.all(np.diff(s) < 0)
     # and directly in the simulated points: speedup at the synchronous point > near saturation

@@ -31,11 +31,11 @@ GEMMs and the attention — where
   of each token adds to the weight streaming rather than hiding under it
   (``benchmarks/sim_realism.md``; ``o = 0.5`` left the simulated SD speedup up to 31 % above
   the measured one at N = 16-64 and dense latency 36 % low at N = 128);
-* past a knee of :math:`K` decode tokens per pass the compute times (both classes) are
-  scaled by :math:`g = 1 + s\max(0, T_d - K)/T` (:func:`knee_factor`; :math:`T_d` the
-  pass's decode tokens, :math:`K` = ``compute_knee_ridges`` × the GPU's ridge point,
-  :math:`s` = ``compute_knee_slope``; CALIBRATED on ``data/real``, issue 40): large
-  verification passes cost more than the linear roofline;
+* the layer GEMMs of a *decode* token (a verified or drafted position, not a prefill-chunk
+  token) cost :math:`\kappa` times a prefill token's compute (``decode_compute_scale``,
+  :math:`F_\mathrm{lin} = 2 P_\mathrm{active} (T + (\kappa - 1) T_d)/tp + \dots`; CALIBRATED
+  on ``data/real`` and a public H200 sweep, issue 40, see :class:`EngineConfig`): a step's
+  decode rows are GEMMs of a few to a few hundred rows, a prefill chunk's thousands;
 * :math:`BW_\mathrm{eff}, F_\mathrm{eff}` are the hardware peaks × the catalog's *assumed*
   achievable fractions;
 * with ``tp > 1`` each layer does two all-reduces of :math:`T h` activations (ring:
@@ -85,9 +85,8 @@ EAGER_LAYER = 17  # seconds per layer of a pass run without a CUDA graph
 GQA_GROUP = 18  # query heads per KV head (1 = multi-head attention)
 KV_HEAD_TOKEN = 19  # KV bytes of one token, one KV head, one layer (K and V)
 L2_BYTES = 20  # last-level cache per GPU; 0 = attention packs the GQA group at every query length
-KNEE = 21  # tokens per pass past which compute runs below the sustained FLOP/s; 0 = no knee
-KNEE_SLOPE = 22  # extra compute time per token past the knee, as a fraction of a token's time
-N_COST = 23
+DECODE_SCALE = 21  # compute time of a decode token's layer GEMMs relative to a prefill token's
+N_COST = 22
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,14 @@ class EngineConfig:
         Fixed cost per speculative step outside the forward passes: rejection sampling of
         the ``k + 1`` verified positions, the proposer's bookkeeping (next-token and
         rejected-token indices, ``prepare_inputs`` of the padded drafter batch) and the
-        extra GPU->CPU synchronisation (ASSUMPTION: 0.5 ms, bounded like the pass overhead).
+        extra GPU->CPU synchronisation. ASSUMPTION: 1 ms (0.5 ms up to ``specbayes.sim 3``).
+        Until vLLM 0.14 EAGLE/MTP ran without async scheduling (vllm-project/vllm PR #31998
+        turned it on by default for them in January 2026), so a speculative step waits for
+        the CPU between passes. Bounded on both sides by measurements (issue 40): the public
+        H200 sweep's light-load speedup (1.44 measured) asks for a dearer step — 1.75 at
+        0.5 ms, 1.70 at 1 ms at an acceptance length of 2.25 — while ``data/real``'s MTP arms
+        (vLLM with async scheduling) fall to 0.80 of their measured speedup at 2 streams
+        with 1 ms (0.77 with 1.5 ms).
     spec_seq_overhead_s : float
         The same per decoding sequence (ASSUMPTION).
     roofline_overlap : float
@@ -142,36 +148,25 @@ class EngineConfig:
     eager_layer_overhead_s : float
         Launch cost per decoder layer of a pass run without a CUDA graph (ASSUMPTION:
         30 µs — some 15 kernels per layer at ~2 µs of CPU launch each).
-    compute_knee_ridges : float
-        Where the compute-efficiency knee of a pass lies, in units of the GPU's ridge point
-        :math:`F_\mathrm{eff}/BW_\mathrm{eff}` (FLOP per byte = tokens per pass at which a
-        bf16 weight GEMM turns compute-bound: 158 on the B200 at the catalog's sustained
-        fractions). ASSUMPTION, CALIBRATED on ``data/real`` (issue 40): 2.5 ridges = 395
-        tokens per pass on the B200, inside the 90 % interval (322-1,168, median 557) of the
-        knee that the Bayesian model's token-knee curvature finds on all of ``data/real``
-        (``benchmarks/load_extrapolation.md``); 3.5 ridges (557 tokens) leaves DSpark's 512
-        verified tokens at 64 streams below the knee and its latency at 0.78 of the
-        measured one. Tied to the ridge rather than fixed in tokens, so that a GPU with less
-        compute per byte bends sooner.
-    compute_knee_slope : float
-        Extra compute time of every decode token a pass carries past the knee, as a
-        fraction of its sustained-rate compute time (:func:`knee_factor`; 0 = no knee).
-        ASSUMPTION, CALIBRATED on ``data/real`` (issue 40): past a few hundred tokens per
-        pass the real B200 server's step time grows faster than the linear roofline — at
-        ``specbayes.sim 2`` the simulated DSpark k = 7 arm (8 verified tokens per sequence:
-        512-1,024 per pass at 64-128 streams) fell to 0.69-0.77 of the measured latency
-        while the dense arm (<= 128 decode tokens per pass) stayed at 0.81-0.91
-        (``benchmarks/sim_realism.md``). 0.5 (tokens past the knee at 2/3 of the sustained
-        FLOP/s) puts DSpark within 0.02 of the dense arm at 64 and 128 streams; 0.75 puts it
-        4-9 points above. The mechanism is an assumption: achieved tensor-core throughput
-        below the sustained fraction once the GEMMs and the attention over ``B`` short query
-        blocks of ``k + 1`` tokens turn compute-bound (tile and wave quantisation, clocks
-        under sustained tensor load). Only decode tokens (verified and drafted positions)
-        count against the knee — ASSUMPTION: with prefill chunks counted as well, the
-        H200 Qwen3-32B sweep's dense p50 (2,048-token prompts) rose from 4.16 to 4.96 s at
-        2 req/s against the measured 3.92 and saturated at 4 req/s, which the measured SD
-        speedup there (1.14) rules out; a prefill chunk is one long query block whose
-        GEMMs and attention tiles run near the sustained rate.
+    decode_compute_scale : float
+        Compute time of a decode token's layer GEMMs (verified and drafted positions, drafter
+        passes included) relative to a prefill-chunk token's. ASSUMPTION, CALIBRATED (issue
+        40): 5/3 — decode tokens at 0.36 of the peak FLOP/s where the catalog's sustained
+        fraction (0.6) holds for prefill. A step's decode rows enter the weight GEMMs as a
+        few to a few hundred rows (``B`` dense, ``B(k + 1)`` verified), tiles a prefill
+        chunk's thousands of rows fill; the simulator's roofline adds each decode token's
+        compute to the weight streaming (``roofline_overlap`` 0), so the scale is the
+        per-token marginal cost of a decode step. Two measurements set it: the real B200
+        sweeps (``data/real``, decode-dominated: the B200 had been calibrated to 0.45 of
+        peak for *every* token, issue 31; 0.36 for decode tokens keeps every unsaturated
+        point's latency within 0.83-1.09 of the measured one, and DSpark's 512-1,024
+        verified tokens per pass at 64-128 streams within a few points of the dense arm,
+        which ``specbayes.sim 3`` got from a hinge at 2.5 roofline ridges instead) and the
+        public H200 sweep (Qwen3-32B, TP 2, 2,048-token prompts, prefill-dominated: its dense
+        p50 needs prefill at 0.6, its SD speedup's fall from 1.44 to 1.14 between 1 and
+        4 req/s needs the SD step to grow with the batch by ``k + 1`` decode tokens' cost per
+        sequence — at an acceptance length of 2.25, an 8 % fall at a scale of 1, 18 % at
+        5/3; ``benchmarks/sd_load_shape.md``).
     kv_blocks_override : int or None
         Force the number of KV blocks (tests use it to provoke preemption).
     """
@@ -185,13 +180,12 @@ class EngineConfig:
     seq_overhead_s: float = 1.0e-5
     draft_pass_overhead_s: float = 6.0e-4
     draft_seq_overhead_s: float = 5.0e-6
-    spec_step_overhead_s: float = 5.0e-4
+    spec_step_overhead_s: float = 1.0e-3
     spec_seq_overhead_s: float = 0.0
     roofline_overlap: float = 0.0
     max_cudagraph_capture_size: int | None = None
     eager_layer_overhead_s: float = 3.0e-5
-    compute_knee_ridges: float = 2.5
-    compute_knee_slope: float = 0.5
+    decode_compute_scale: float = 5.0 / 3.0
     kv_blocks_override: int | None = None
 
     def capture_limit(self, k: int) -> int:
@@ -211,8 +205,7 @@ def cost_vector(
     overlap: float = 0.5,
     eager_layer_s: float = 0.0,
     unpacked_gqa_l2_bytes: float = 0.0,
-    knee_ridges: float = 0.0,
-    knee_slope: float = 0.0,
+    decode_compute_scale: float = 1.0,
 ) -> np.ndarray:
     """The flat cost vector of one network (verifier or drafter) on ``tp`` GPUs of ``hw``.
 
@@ -233,9 +226,9 @@ def cost_vector(
     unpacked_gqa_l2_bytes : float
         L2 cache of a GPU whose attention kernel packs the GQA group only for one-token
         queries (FlashAttention 2, see :func:`kv_reread_factor`); ``0`` = always packed.
-    knee_ridges, knee_slope : float
-        Compute-efficiency knee of a pass, in ridge points of ``hw`` and extra compute time
-        per token past it (:class:`EngineConfig`); ``knee_slope = 0`` = none.
+    decode_compute_scale : float
+        Compute time of a decode token's layer GEMMs relative to a prefill token's
+        (:class:`EngineConfig`); 1 = the same.
 
     Returns
     -------
@@ -270,11 +263,7 @@ def cost_vector(
     c[GQA_GROUP] = max(1.0, (geom.q_heads / tp) / geom.kv_heads_per_gpu(tp))
     c[KV_HEAD_TOKEN] = 2.0 * geom.head_dim * geom.kv_bytes
     c[L2_BYTES] = unpacked_gqa_l2_bytes
-    if knee_slope > 0.0 and knee_ridges > 0.0:
-        # the ridge in FLOP per byte = tokens per pass at which a bf16 weight GEMM (1 FLOP
-        # per weight byte per token) turns compute-bound
-        c[KNEE] = knee_ridges * hw.compute / hw.bandwidth
-        c[KNEE_SLOPE] = knee_slope
+    c[DECODE_SCALE] = decode_compute_scale
     return c
 
 
@@ -341,26 +330,7 @@ def _kernel(t_mem, t_compute, overlap):
 
 
 @njit(cache=True)
-def knee_factor(c, n_tokens, knee_tokens):
-    r"""Multiplier of a pass's compute time for the compute-efficiency knee.
-
-    Every decode token past the knee :math:`K` (``c[KNEE]``) costs :math:`1 + s` times its
-    sustained-rate compute (``s`` = ``c[KNEE_SLOPE]``), so the compute time of a pass of
-    :math:`T` tokens, :math:`T_d` of them decode (verified, drafted) tokens, is a hinge in
-    :math:`T_d` — linear below the knee, steeper above:
-
-    .. math::  g = 1 + s\,\frac{\max(0, T_d - K)}{T} .
-
-    Returns 1 when the cost vector has no knee.
-    """
-    knee = c[KNEE]
-    if knee <= 0.0 or knee_tokens <= knee or n_tokens <= 0.0:
-        return 1.0
-    return 1.0 + c[KNEE_SLOPE] * (knee_tokens - knee) / n_tokens
-
-
-@njit(cache=True)
-def pass_time(c, n_tokens, n_logits, ctx_full, ctx_sw, pairs, experts, n_seqs, knee_tokens=0.0):
+def pass_time(c, n_tokens, n_logits, ctx_full, ctx_sw, pairs, experts, n_seqs, n_decode=0.0):
     r"""Seconds of one forward pass (see the module docstring).
 
     Parameters
@@ -381,10 +351,10 @@ def pass_time(c, n_tokens, n_logits, ctx_full, ctx_sw, pairs, experts, n_seqs, k
         Distinct experts touched, summed over layers (0 for dense networks).
     n_seqs : float
         Scheduled sequences.
-    knee_tokens : float
-        Tokens that count against the compute-efficiency knee (:func:`knee_factor`): the
-        decode tokens of the pass — verified and drafted positions, not prefill chunks
-        (ASSUMPTION, see :class:`EngineConfig` ``compute_knee_slope``); 0 = none.
+    n_decode : float
+        The decode tokens among ``n_tokens`` — verified and drafted positions, not prefill
+        chunks — whose layer GEMMs cost ``c[DECODE_SCALE]`` times a prefill token's
+        (:class:`EngineConfig` ``decode_compute_scale``); 0 = none.
 
     Returns
     -------
@@ -393,11 +363,11 @@ def pass_time(c, n_tokens, n_logits, ctx_full, ctx_sw, pairs, experts, n_seqs, k
     """
     w_bytes = c[W_BYTES] + experts * c[EXPERT_BYTES]
     kv_bytes = ctx_full * c[KV_FULL] + ctx_sw * c[KV_SW] + n_tokens * c[KV_WRITE]
-    lin_flops = n_tokens * c[FLOP_TOKEN] + n_logits * c[FLOP_LOGIT]
+    lin_flops = (n_tokens + (c[DECODE_SCALE] - 1.0) * n_decode) * c[FLOP_TOKEN]
+    lin_flops += n_logits * c[FLOP_LOGIT]
     attn_flops = pairs * c[FLOP_PAIR]
-    g = knee_factor(c, n_tokens, knee_tokens)
-    t = _kernel(w_bytes / c[BANDWIDTH], lin_flops / c[COMPUTE] * g, c[OVERLAP]) + _kernel(
-        kv_bytes / c[BANDWIDTH], attn_flops / c[COMPUTE] * g, c[OVERLAP]
+    t = _kernel(w_bytes / c[BANDWIDTH], lin_flops / c[COMPUTE], c[OVERLAP]) + _kernel(
+        kv_bytes / c[BANDWIDTH], attn_flops / c[COMPUTE], c[OVERLAP]
     )
     return t + c[AR_FIXED] + c[AR_TOKEN] * n_tokens + c[STEP_OVERHEAD] + c[SEQ_OVERHEAD] * n_seqs
 

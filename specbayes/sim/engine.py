@@ -28,8 +28,8 @@ experts drawn from the routing table for the step's token count; on a GPU whose 
 kernel packs the GQA group only for one-token queries — FlashAttention 2, the A100 — a step
 whose longest query is > 1 reads the decode sequences' KV once per query head past the L2
 cache and computes 64-row query tiles, :func:`costs.kv_reread_factor`,
-:func:`costs.unpacked_decode_pairs`; the decode tokens of a pass past the compute knee cost
-more compute, :func:`costs.knee_factor`), plus the per-layer launch
+:func:`costs.unpacked_decode_pairs`; decode tokens' GEMMs at the decode compute scale,
+``EngineConfig.decode_compute_scale``), plus the per-layer launch
 cost when the step is larger than the CUDA-graph limit (vLLM: ``max_cudagraph_capture_size``,
 default ``min(2·max_num_seqs·(1 + k), 512)`` tokens; larger steps run without a graph), plus
 the drafter, as vLLM V1 runs it (``vllm/v1/spec_decode/llm_base_proposer.py`` ``propose``,
@@ -314,7 +314,7 @@ def _simulate(
             v_pairs,
             experts,
             float(n_dec + n_pre),
-            float(n_dec * q_dec),  # the decode tokens count against the compute knee
+            float(n_dec * q_dec),  # decode tokens: their GEMMs at the decode compute scale
         )
         if n_tok > capture:  # no CUDA graph for this step size: per-layer launch cost
             dt += vcost[LAYERS] * vcost[EAGER_LAYER]

@@ -46,7 +46,7 @@ from specbayes.sim.routing import routing_table
 
 __all__ = ["SimConfig", "make_config", "point_seed", "run_point"]
 
-SIM_VERSION = "specbayes.sim 3"
+SIM_VERSION = "specbayes.sim 4"
 
 
 @dataclass(frozen=True)
@@ -179,8 +179,7 @@ def make_config(
         overlap=engine.roofline_overlap,
         eager_layer_s=engine.eager_layer_overhead_s,
         unpacked_gqa_l2_bytes=l2_unpacked,
-        knee_ridges=engine.compute_knee_ridges,
-        knee_slope=engine.compute_knee_slope,
+        decode_compute_scale=engine.decode_compute_scale,
     )
     if dgeom is not None:
         dcost = cost_vector(
@@ -192,8 +191,7 @@ def make_config(
             overlap=engine.roofline_overlap,
             eager_layer_s=engine.eager_layer_overhead_s,
             unpacked_gqa_l2_bytes=l2_unpacked,
-            knee_ridges=engine.compute_knee_ridges,
-            knee_slope=engine.compute_knee_slope,
+            decode_compute_scale=engine.decode_compute_scale,
         )
     else:
         dcost = np.zeros_like(vcost)
