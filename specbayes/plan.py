@@ -203,10 +203,16 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
     law = tuple(name for name in KNEE_LAW if name in ds)
     return [
         {
-            name: np.asarray(ds[name].isel(row=i).values, dtype=float)
-            if name in ds
-            else np.full(n, np.inf)  # a fit without knees: no batch curvature
-            for name in COEFFICIENTS + KNEES + law
+            **{
+                name: np.asarray(ds[name].isel(row=i).values, dtype=float)
+                if name in ds
+                else np.full(n, np.inf)  # a fit without knees: no batch curvature
+                for name in COEFFICIENTS + KNEES + law
+            },
+            # the fixed cost per speculative cycle: 0 for a fit without one
+            "c1s": np.asarray(ds["c1s"].isel(row=i).values, dtype=float)
+            if "c1s" in ds
+            else np.zeros(n),
         }
         for i in range(len(arms))
     ]
@@ -244,7 +250,9 @@ def _costs(
     extra = max(np.ndim(alpha) - 1, k.ndim)
     c = {name: value.reshape((n,) + (1,) * extra) for name, value in coefs.items()}
     k = k[None, ...]
-    c1, c2 = laws.effective_costs(*(c[name] for name in COEFFICIENTS), arm.decode, alpha, k)
+    c1, c2 = laws.effective_costs(
+        *(c[name] for name in COEFFICIENTS), arm.decode, alpha, k, c1s=c["c1s"]
+    )
     c3 = curvature(c, arm.decode, alpha, k)
     bend = knee(c, arm.decode, alpha, k)
     if bend is not None:

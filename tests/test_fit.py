@@ -148,9 +148,11 @@ def test_unseen_cell_is_predicted_from_the_trend(sd_fit):
         )
     )
     coefs = sd_fit.coefficients(rows)
-    assert set(coefs.data_vars) == {"c1p", "c1v", "c1d", "c2p", "c2v", "c2d"}
+    # the six cycle coefficients and the pooled structure's fixed cost per speculative cycle
+    assert set(coefs.data_vars) == {"c1p", "c1v", "c1d", "c2p", "c2v", "c2d", "c1s"}
     assert coefs.sizes["row"] == 2
-    assert (coefs["c1d"].values[:, 0] == 0).all() and (coefs["c1d"].values[:, 1] > 0).all()
+    for name in ("c1d", "c1s"):  # drafter costs: none on the dense row
+        assert (coefs[name].values[:, 0] == 0).all() and (coefs[name].values[:, 1] > 0).all()
     # one deviation draw per unseen cell, shared by its rows
     np.testing.assert_array_equal(coefs["c2v"].values[:, 0], coefs["c2v"].values[:, 1])
     # wider than a seen cell but finite and positive

@@ -69,6 +69,10 @@ def test_pooled_design_dims(demo_subset):
     assert model.named_vars_to_dims["log_coef_draft"] == ("draft_unit", "coef_d")
     assert len(model.coords["unit"]) == 2 and len(model.coords["coef"]) == 6
     assert len(model.coords["draft_unit"]) == 2 and len(model.coords["draft_group"]) == 1
+    # one fixed cost per speculative cycle per (verifier, GPU, drafter); off on request
+    assert model.named_vars_to_dims["cycle_overhead"] == ("draft_group",)
+    plain = build_model(design, priors={"cycle_overhead": None})
+    assert "cycle_overhead" not in plain.named_vars
     # every configuration is one sweep: the synchronous point joins its open-loop rates
     assert (
         len(model.coords["sweep"])

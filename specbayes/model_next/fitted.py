@@ -312,7 +312,8 @@ class NextFit:
 
     # -- coefficients -------------------------------------------------------------------------
     def coefficients(self, rows: pd.DataFrame, seed: int | None = None) -> xr.Dataset:
-        """Posterior draws of the six cycle coefficients per row (seconds), dims (sample, row).
+        """Posterior draws of the six cycle coefficients per row (seconds), dims (sample, row),
+        and ``c1s`` (the fixed cost per speculative cycle) where the fit has one.
 
         A unit (verifier, hardware, cell) the fit saw uses its draws; in the pooled
         structure an unseen cell of a fitted (verifier, hardware) gets the hierarchy's
@@ -345,7 +346,22 @@ class NextFit:
         for name in ("knee_tokens", "knee_at", "knee_excess", "knee_c2v"):
             if name in post:
                 data[name] = (("sample", "row"), post[name].values[:, group])
+        if "cycle_overhead" in post:
+            data["c1s"] = (("sample", "row"), self._cycle_overhead(rows))
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
+
+    def _cycle_overhead(self, rows: pd.DataFrame) -> np.ndarray:
+        """(sample, row) draws of the fixed cost per speculative cycle, ``c1s`` (0 on k = 0
+        rows): one per (verifier, hardware, drafter), the same in every cell."""
+        draws = self._post()["cycle_overhead"].values
+        names = self.design.coords["draft_group"]
+        out = np.zeros((self._n(), len(rows)))
+        for i in np.flatnonzero((rows["k"] > 0).to_numpy()):
+            label = rows.at[i, "verifier"] + "|" + rows.at[i, "hardware"]
+            drafter = rows.at[i, "drafter"]
+            group = self._draft_unit(label, drafter, self._fitted_drafters(label, "draft_group"))
+            out[:, i] = draws[:, names.index(group)]
+        return out
 
     def _unit_coefficients(self, unit: int, row: pd.Series) -> np.ndarray:
         """(sample, coef) draws of one fitted unit's coefficients for ``row``'s drafter."""
@@ -478,7 +494,8 @@ class NextFit:
             alpha = self._alpha(new)
             decode, k = new["decode"].to_numpy(float), new["k"].to_numpy(float)
             parts = [coef[c].values for c in COEFS]
-            c1, c2 = laws.effective_costs(*parts, decode, alpha, k)
+            c1s = coef["c1s"].values if "c1s" in coef else 0.0
+            c1, c2 = laws.effective_costs(*parts, decode, alpha, k, c1s=c1s)
             n1, n2 = self._sweep_deviation(new, np.log(c2), measured, seed)
             log_c1[:, ~seen] = np.log(c1) + n1
             log_c2[:, ~seen] = np.log(c2) + n2

@@ -38,7 +38,12 @@ the smallest batches on). The pieces, per network (verifier or drafter, catalog
   ``benchmarks/sim_realism.md``): :math:`t_\mathrm{step}` = 1.5 ms per verifier pass,
   :math:`t_\mathrm{seq}` = 10 µs per sequence in it; :math:`t_\mathrm{dstep}` = 0.6 ms per
   drafter pass, :math:`t_\mathrm{dseq}` = 5 µs per sequence; a drafter run without a CUDA
-  graph (catalog ``[sim] cuda_graph = false``) pays 30 µs per layer per pass.
+  graph (catalog ``[sim] cuda_graph = false``) pays 30 µs per layer per pass. The
+  speculative step's own fixed cost is not a centre here: it is the pooled structure's
+  ``c1s`` with its own prior (:data:`specbayes.model_next.priors.CYCLE_OVERHEAD`). Since
+  ``specbayes.sim 4`` the simulator also charges a decode token's GEMMs 5/3 of a prefill
+  token's compute (``EngineConfig.decode_compute_scale``); the centres keep the plain
+  roofline, within their log sd of 1.
 
 MoE verifiers read, besides :math:`W`, the distinct experts a pass touches,
 :math:`e(T) = L\,M\,\varphi(T)\,b_e / BW` for :math:`T` routed tokens, with the coverage
