@@ -51,7 +51,8 @@ def _coverage(f: Fit, truth: pd.DataFrame, level: float = 0.9) -> pd.Series:
     coefs = f.coefficients(rows)
     lo, hi = (1 - level) / 2, (1 + level) / 2
     out = {}
-    for c in f.design.coords["coef"]:
+    # the six cycle coefficients and, pooled, the fixed cost per speculative cycle
+    for c in [*f.design.coords["coef"], *(["c1s"] if "c1s" in coefs else [])]:
         q = coefs[c].quantile([lo, hi], dim="sample").values
         t = truth[c].to_numpy()
         out[c] = float(np.mean((q[0] <= t) & (t <= q[1])))

@@ -100,7 +100,7 @@ def test_capacity_meets_slo_in_simulation(fitted):
 
 # --- closed loop: a poor drafter loses from a few streams on (issue 43) ----------------------
 
-POOR_ALPHA, POOR_K = 0.4, 4
+POOR_ALPHA, POOR_K = 0.43, 4  # wins at 1 stream, loses from 5 (specbayes.sim 4)
 STREAMS = (1, 2, 4, 8, 16, 32, 64)
 
 

@@ -10,7 +10,8 @@ growing noise (:func:`specbayes.model_next.likelihood.log_mean_latency`,
 .. math::
 
     \log c_{uj} &= \mu_{g(u)j} + \log(1 - w_j + w_j e^{t_{uj}}) + s_j z_{uj} \\
-    \log C_{js} &= \log C^{\mathrm{eff}}_{js}(c_{u(s)}, g, \alpha, k) + \tau_j \epsilon_{js} \\
+    \log C_{js} &= \log C^{\mathrm{eff}}_{js}(c_{u(s)}, c_{1s}, g, \alpha, k)
+        + \tau_j \epsilon_{js} \\
     \log L_i &= \mu_i + \sigma (1 - x_i)^{-\gamma} \epsilon_i
 
 Used by the tests (recovery of known coefficients) and the benchmarks.
@@ -56,6 +57,7 @@ def simulate_sweeps(
     growth: float = 0.3,
     closed_loop: bool = False,
     unknown_alpha: bool = False,
+    cycle_overhead: float = 1e-3,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate dense (and, for ``level="sd"``, SD) sweeps with known coefficients.
@@ -69,7 +71,8 @@ def simulate_sweeps(
     configuration's saturation (open loop ``λ = x/C2``; closed loop the concurrency
     ``N = x/(1 - x) · C1/C2``, rounded). With ``unknown_alpha`` each (cell, drafter) has one
     acceptance rate (``alphas[(i + j) % len]`` for cell i, drafter j; in ``truth['alpha']``)
-    and the SD rows carry none.
+    and the SD rows carry none. Every SD cycle pays ``cycle_overhead`` (s), the model's
+    ``c1s`` (:func:`specbayes.laws.effective_costs`).
 
     Returns
     -------
@@ -78,7 +81,8 @@ def simulate_sweeps(
         rps | concurrency, latency``).
     truth : DataFrame
         One row per (verifier, hardware, cell, drafter) with the true coefficients
-        ``c1p … c2d`` (s) (one row per unit with drafter "none" at ``level="dense"``).
+        ``c1p … c2d`` and ``c1s`` (s) (one row per unit with drafter "none" at
+        ``level="dense"``).
     """
     if level not in ("dense", "sd"):
         raise ValueError(f"level must be 'dense' or 'sd', got {level!r}")
@@ -111,13 +115,14 @@ def simulate_sweeps(
     truth = units[["verifier", "hardware", "cell"]].loc[np.repeat(units.index, len(names))]
     truth = truth.reset_index(drop=True).assign(drafter=np.tile(names, len(units)))
     truth[list(COEFS)] = coef.reshape(-1, len(COEFS))
+    truth["c1s"] = np.where(truth["drafter"] == "none", 0.0, cycle_overhead)
     configs = _configurations(units, names, level, alphas, ks, unknown_alpha)
     if unknown_alpha:
         first = configs[configs["k"] > 0].groupby(["unit", "drafter"])["alpha"].first()
         truth["alpha"] = first.reindex(
             list(zip(np.repeat(units.index, len(names)), truth["drafter"], strict=True))
         ).to_numpy()
-    rows = _rows(units, configs, coef, names, loads, tau, sigma, growth, closed_loop, rng)
+    rows = _rows(units, configs, coef, loads, tau, sigma, growth, closed_loop, cycle_overhead, rng)
     if unknown_alpha:
         rows.loc[rows["k"] > 0, "alpha"] = np.nan
     rows["verifier_params"] = rows["verifier"].map(verifiers)
@@ -163,7 +168,7 @@ def _configurations(units, names, level, alphas, ks, unknown_alpha) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def _rows(units, configs, coef, names, loads, tau, sigma, growth, closed, rng) -> pd.DataFrame:
+def _rows(units, configs, coef, loads, tau, sigma, growth, closed, c1s, rng) -> pd.DataFrame:
     """The load points of every configuration, with latencies drawn from the model."""
     u = configs["unit"].to_numpy()
     unit = units.iloc[u].reset_index(drop=True)
@@ -172,7 +177,7 @@ def _rows(units, configs, coef, names, loads, tau, sigma, growth, closed, rng) -
     g = unit["decode"].to_numpy(float)
     c = {name: coef[u, configs["slot"].to_numpy(), j] for j, name in enumerate(COEFS)}
     c1, c2 = laws.effective_costs(
-        c["c1p"], c["c1v"], c["c1d"], c["c2p"], c["c2v"], c["c2d"], g, alpha, k
+        c["c1p"], c["c1v"], c["c1d"], c["c2p"], c["c2v"], c["c2d"], g, alpha, k, c1s=c1s
     )
     log_c1 = np.log(c1) + tau[0] * rng.normal(size=len(k))
     log_c2 = np.log(c2) + tau[1] * rng.normal(size=len(k))
