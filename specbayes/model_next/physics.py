@@ -369,20 +369,31 @@ def roofline_centres(
     return {c: float(out[c]) for c in ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d") if c in out}
 
 
+#: Compute time of a decode token's weight GEMMs relative to a prefill token's (ASSUMPTION,
+#: the simulator's calibrated ``EngineConfig.decode_compute_scale``, issue 40): a decode
+#: pass's GEMMs have a few to a few hundred rows and run at 0.36 of peak where prefill runs
+#: at the catalog's 0.6.
+DECODE_COMPUTE_SCALE = 5.0 / 3.0
+
 #: Knee of a GPU the catalog does not know, in tokens per pass (between the A100's and the
-#: H100's ridge at the catalog's sustained fractions).
-GENERIC_RIDGE_TOKENS = 200.0
+#: H100's decode ridge at the catalog's sustained fractions).
+GENERIC_RIDGE_TOKENS = 100.0
 
 
 def ridge_tokens(hardware: str) -> float:
-    r"""Tokens per pass at which a bf16 weight GEMM's compute equals its weight streaming.
+    r"""Tokens per decode pass at which its bf16 weight GEMMs' compute equals their weight
+    streaming.
 
     Each token costs :math:`2P` FLOPs and the pass streams :math:`2P` bytes of weights, so
-    the ridge is :math:`F/BW` tokens (sustained compute over sustained bandwidth, the
-    catalog's assumed fractions; tensor parallelism divides both alike).
+    the ridge is :math:`F/(\kappa\,BW)` tokens: sustained compute over sustained bandwidth
+    (the catalog's assumed fractions; tensor parallelism divides both alike), with a decode
+    token's GEMMs at :math:`\kappa` = :data:`DECODE_COMPUTE_SCALE` times a prefill token's
+    compute — the passes that bend under load are decode and verify passes.
     :data:`GENERIC_RIDGE_TOKENS` where the catalog does not know the GPU. Where a pass turns
     compute-bound is the roofline's first guess of where the latency law bends
     (:func:`specbayes.laws.token_knee_curvature`); the model scales it by a learned factor.
     """
     hw = _find(catalog.load_hardware, hardware)
-    return GENERIC_RIDGE_TOKENS if hw is None else float(hw.compute / hw.bandwidth)
+    if hw is None:
+        return GENERIC_RIDGE_TOKENS
+    return float(hw.compute / (DECODE_COMPUTE_SCALE * hw.bandwidth))

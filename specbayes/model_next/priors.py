@@ -96,7 +96,9 @@ Both
         the rows of every sweep inform it and a verifier pass's ``k + 1`` tokens per sequence
         put an SD arm's knee ``k + 1`` times earlier. ``{"mu": -1.9, "sigma": 1.5}`` spans a
         knee at a fraction of the ridge to none in practice (the simulator's additive
-        roofline); on the real B200 sweeps of ``data/real`` it is 3.5 times the ridge. Not
+        roofline); on the real B200 sweeps of ``data/real`` it is 3.5 times the ridge at the
+        catalog's sustained fractions (~4.4 decode ridges since the ridge is the decode
+        passes', :data:`specbayes.model_next.physics.DECODE_COMPUTE_SCALE`). Not
         the default: it makes the predictions beyond the measured loads honest for the real
         server and too pessimistic for the simulated ones, and over both it does not improve
         ``benchmarks/load_extrapolation.md`` (issue 43).
