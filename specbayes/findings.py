@@ -137,9 +137,8 @@ def ratio_draws(
     (coefs,) = plan.coefficient_draws(fit, arm)
     c = [coefs[name][:, None, None] for name in plan.COEFFICIENTS]
     c1s, c2s = laws.effective_costs(
-        *c, arm.decode, alphas[None, :, None], ks[None, None, :],
-        c1s=coefs.get("c1s", 0.0)[:, None, None] if "c1s" in coefs else 0.0,
-    )  # fmt: skip
+        *c, arm.decode, alphas[None, :, None], ks[None, None, :], c1c=coefs["c1c"][:, None, None]
+    )
     c1d, c2d = laws.effective_costs(*c, arm.decode, 0.5, 0)
     return c1s / c1d, c2s / c2d, coefs
 

@@ -722,7 +722,7 @@ def effective_costs(
     alpha: Any,
     k: Any,
     passes: Any = None,
-    c1s: Any = 0.0,
+    c1c: Any = 0.0,
 ) -> tuple[Any, Any]:
     r"""Effective :math:`(C_1, C_2)` of a speculative configuration (cycle decomposition).
 
@@ -731,10 +731,10 @@ def effective_costs(
 
     .. math::
 
-        C_{1,\mathrm{eff}} = c_{1p} + \frac{g}{E}\,(c_{1v} + c_{1s} + k\,c_{1d}), \qquad
+        C_{1,\mathrm{eff}} = c_{1p} + \frac{g}{E}\,(c_{1v} + c_{1c} + k\,c_{1d}), \qquad
         C_{2,\mathrm{eff}} = c_{2p} + \frac{g}{E}\,(c_{2v} + k\,c_{2d})
 
-    Dense decoding is ``k = 0`` (E = 1): :math:`C = c_p + g\,c_v`. :math:`c_{1s}` is a fixed
+    Dense decoding is ``k = 0`` (E = 1): :math:`C = c_p + g\,c_v`. :math:`c_{1c}` is a fixed
     cost of every speculative cycle that is neither the verifier's pass nor a drafter pass
     (rejection sampling, the proposer's bookkeeping, a synchronisation per cycle; 0 in the
     paper's decomposition, where a cycle at k = 0 costs a dense step); paid only where
@@ -753,7 +753,7 @@ def effective_costs(
     passes : array_like, optional
         :func:`verifier_passes` of ``decode``, ``alpha``, ``k`` where the caller has them
         already (computed here if not given).
-    c1s : array_like, default 0
+    c1c : array_like, default 0
         Fixed C1 cost of a speculative cycle (s), see above.
 
     Returns
@@ -762,7 +762,7 @@ def effective_costs(
     """
     if passes is None:
         passes = verifier_passes(decode, alpha, k)
-    c1 = cycle_cost(c1p, passes, pass_cost(c1v, c1d, k, c1s))
+    c1 = cycle_cost(c1p, passes, pass_cost(c1v, c1d, k, c1c))
     c2 = cycle_cost(c2p, passes, pass_cost(c2v, c2d, k))
     return c1, c2
 
@@ -861,10 +861,10 @@ def verifier_passes(decode: Any, alpha: Any, k: Any) -> Any:
     return decode / expected_tokens(alpha, k)
 
 
-def pass_cost(c_v: Any, c_d: Any, k: Any, c_s: Any = 0.0) -> Any:
+def pass_cost(c_v: Any, c_d: Any, k: Any, c_c: Any = 0.0) -> Any:
     r"""Cost of one SD cycle: one verifier pass, k drafter passes and, where k > 0, the
-    cycle's fixed speculative cost, :math:`c_v + c_s\,[k > 0] + k\,c_d`."""
-    return c_v + k * c_d + c_s * (k > 0)
+    cycle's fixed speculative cost, :math:`c_v + c_c\,[k > 0] + k\,c_d`."""
+    return c_v + k * c_d + c_c * (k > 0)
 
 
 def cycle_cost(c_p: Any, passes: Any, per_pass: Any) -> Any:

@@ -210,8 +210,8 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
                 for name in COEFFICIENTS + KNEES + law
             },
             # the fixed cost per speculative cycle: 0 for a fit without one
-            "c1s": np.asarray(ds["c1s"].isel(row=i).values, dtype=float)
-            if "c1s" in ds
+            "c1c": np.asarray(ds["c1c"].isel(row=i).values, dtype=float)
+            if "c1c" in ds
             else np.zeros(n),
         }
         for i in range(len(arms))
@@ -251,7 +251,7 @@ def _costs(
     c = {name: value.reshape((n,) + (1,) * extra) for name, value in coefs.items()}
     k = k[None, ...]
     c1, c2 = laws.effective_costs(
-        *(c[name] for name in COEFFICIENTS), arm.decode, alpha, k, c1s=c["c1s"]
+        *(c[name] for name in COEFFICIENTS), arm.decode, alpha, k, c1c=c["c1c"]
     )
     c3 = curvature(c, arm.decode, alpha, k)
     bend = knee(c, arm.decode, alpha, k)

@@ -52,7 +52,7 @@ def _coverage(f: Fit, truth: pd.DataFrame, level: float = 0.9) -> pd.Series:
     lo, hi = (1 - level) / 2, (1 + level) / 2
     out = {}
     # the six cycle coefficients and, pooled, the fixed cost per speculative cycle
-    for c in [*f.design.coords["coef"], *(["c1s"] if "c1s" in coefs else [])]:
+    for c in [*f.design.coords["coef"], *(["c1c"] if "c1c" in coefs else [])]:
         q = coefs[c].quantile([lo, hi], dim="sample").values
         t = truth[c].to_numpy()
         out[c] = float(np.mean((q[0] <= t) & (t <= q[1])))
@@ -150,9 +150,9 @@ def test_unseen_cell_is_predicted_from_the_trend(sd_fit):
     )
     coefs = sd_fit.coefficients(rows)
     # the six cycle coefficients and the pooled structure's fixed cost per speculative cycle
-    assert set(coefs.data_vars) == {"c1p", "c1v", "c1d", "c2p", "c2v", "c2d", "c1s"}
+    assert set(coefs.data_vars) == {"c1p", "c1v", "c1d", "c2p", "c2v", "c2d", "c1c"}
     assert coefs.sizes["row"] == 2
-    for name in ("c1d", "c1s"):  # drafter costs: none on the dense row
+    for name in ("c1d", "c1c"):  # drafter costs: none on the dense row
         assert (coefs[name].values[:, 0] == 0).all() and (coefs[name].values[:, 1] > 0).all()
     # one deviation draw per unseen cell, shared by its rows
     np.testing.assert_array_equal(coefs["c2v"].values[:, 0], coefs["c2v"].values[:, 1])

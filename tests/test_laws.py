@@ -354,13 +354,13 @@ def test_cycle_cost_pieces_compose_effective_costs():
 
 
 def test_cycle_overhead_is_paid_by_speculative_cycles_only():
-    """c1s: a fixed C1 cost per speculative cycle; dense decoding (k = 0) and C2 keep theirs."""
+    """c1c: a fixed C1 cost per speculative cycle; dense decoding (k = 0) and C2 keep theirs."""
     base = (0.1, 0.02, 0.003, 0.01, 0.001, 0.0002, 256)
-    c1, c2 = laws.effective_costs(*base, 0.7, 4, c1s=0.001)
+    c1, c2 = laws.effective_costs(*base, 0.7, 4, c1c=0.001)
     passes = laws.verifier_passes(256, 0.7, 4)
     assert c1 == pytest.approx(0.1 + passes * (0.02 + 0.001 + 4 * 0.003))
     assert c2 == laws.effective_costs(*base, 0.7, 4)[1]
-    assert laws.effective_costs(*base, 0.7, 0, c1s=0.001) == laws.effective_costs(*base, 0.7, 0)
+    assert laws.effective_costs(*base, 0.7, 0, c1c=0.001) == laws.effective_costs(*base, 0.7, 0)
     # broadcast over k, dense included
     k = np.array([0, 1, 3])
     per_pass = laws.pass_cost(0.02, 0.003, k, 0.001)

@@ -313,7 +313,7 @@ class NextFit:
     # -- coefficients -------------------------------------------------------------------------
     def coefficients(self, rows: pd.DataFrame, seed: int | None = None) -> xr.Dataset:
         """Posterior draws of the six cycle coefficients per row (seconds), dims (sample, row),
-        and ``c1s`` (the fixed cost per speculative cycle) where the fit has one.
+        and ``c1c`` (the fixed cost per speculative cycle) where the fit has one.
 
         A unit (verifier, hardware, cell) the fit saw uses its draws; in the pooled
         structure an unseen cell of a fitted (verifier, hardware) gets the hierarchy's
@@ -347,11 +347,11 @@ class NextFit:
             if name in post:
                 data[name] = (("sample", "row"), post[name].values[:, group])
         if "cycle_overhead" in post:
-            data["c1s"] = (("sample", "row"), self._cycle_overhead(rows))
+            data["c1c"] = (("sample", "row"), self._cycle_overhead(rows))
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
 
     def _cycle_overhead(self, rows: pd.DataFrame) -> np.ndarray:
-        """(sample, row) draws of the fixed cost per speculative cycle, ``c1s`` (0 on k = 0
+        """(sample, row) draws of the fixed cost per speculative cycle, ``c1c`` (0 on k = 0
         rows): one per (verifier, hardware, drafter), the same in every cell."""
         draws = self._post()["cycle_overhead"].values
         names = self.design.coords["draft_group"]
@@ -494,8 +494,8 @@ class NextFit:
             alpha = self._alpha(new)
             decode, k = new["decode"].to_numpy(float), new["k"].to_numpy(float)
             parts = [coef[c].values for c in COEFS]
-            c1s = coef["c1s"].values if "c1s" in coef else 0.0
-            c1, c2 = laws.effective_costs(*parts, decode, alpha, k, c1s=c1s)
+            c1c = coef["c1c"].values if "c1c" in coef else 0.0
+            c1, c2 = laws.effective_costs(*parts, decode, alpha, k, c1c=c1c)
             n1, n2 = self._sweep_deviation(new, np.log(c2), measured, seed)
             log_c1[:, ~seen] = np.log(c1) + n1
             log_c2[:, ~seen] = np.log(c2) + n2

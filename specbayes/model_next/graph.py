@@ -430,7 +430,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     passes = laws.verifier_passes(design.decode, _sweep_alpha(design, pr), design.k)
     c1_eff, c2_eff = laws.effective_costs(
         c_v[:, 0], c_v[:, 1], c_d[:, 0], c_v[:, 2], c_v[:, 3], c_d[:, 1],
-        design.decode, None, design.k, passes, c1s=_cycle_overhead(design, pr),
+        design.decode, None, design.k, passes, c1c=_cycle_overhead(design, pr),
     )  # fmt: skip
     # C1's deviation scale is learned; C2's is a fixed jitter (priors: ``c2_jitter``)
     tau_c1 = pm.Gamma("tau_c1", **pr["tau"])
@@ -443,9 +443,9 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
 
 
 def _cycle_overhead(design: Design, pr: dict):
-    r"""Each sweep's fixed C1 cost per speculative cycle :math:`c_{1s}`, or 0.
+    r"""Each sweep's fixed C1 cost per speculative cycle :math:`c_{1c}`, or 0.
 
-    With the ``cycle_overhead`` prior: one :math:`\log c_{1s} \sim \mathcal N(m, s)` per
+    With the ``cycle_overhead`` prior: one :math:`\log c_{1c} \sim \mathcal N(m, s)` per
     (verifier, hardware, drafter) — the speculative step's own work (rejection sampling,
     the proposer's bookkeeping), the same in every cell — paid by its SD sweeps' cycles
     (:func:`specbayes.laws.effective_costs`). Without it, a cycle at k = 0 costs a dense step
@@ -455,9 +455,9 @@ def _cycle_overhead(design: Design, pr: dict):
     prior = pr.get("cycle_overhead")
     if prior is None or not design.coords["draft_unit"] or design.level != "sd":
         return 0.0
-    c1s = pm.LogNormal("cycle_overhead", **prior, dims="draft_group")
+    c1c = pm.LogNormal("cycle_overhead", **prior, dims="draft_group")
     group = design.draft_group_of[np.maximum(design.sweep_draft, 0)]
-    return c1s[group] * (design.k > 0)
+    return c1c[group] * (design.k > 0)
 
 
 def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.ndarray):

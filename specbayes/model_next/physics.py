@@ -40,7 +40,7 @@ the smallest batches on). The pieces, per network (verifier or drafter, catalog
   drafter pass, :math:`t_\mathrm{dseq}` = 5 µs per sequence; a drafter run without a CUDA
   graph (catalog ``[sim] cuda_graph = false``) pays 30 µs per layer per pass. The
   speculative step's own fixed cost is not a centre here: it is the pooled structure's
-  ``c1s`` with its own prior (:data:`specbayes.model_next.priors.CYCLE_OVERHEAD`). Since
+  ``c1c`` with its own prior (:data:`specbayes.model_next.priors.CYCLE_OVERHEAD`). Since
   ``specbayes.sim 4`` the simulator also charges a decode token's GEMMs 5/3 of a prefill
   token's compute (``EngineConfig.decode_compute_scale``); the centres keep the plain
   roofline, within their log sd of 1.

@@ -171,7 +171,7 @@ KNEE: dict[str, dict] = {
     "excess": {"mu": float(np.log(0.3)), "sigma": 1.0},
 }
 
-#: The fixed cost of a speculative cycle, ``c1s`` of :func:`specbayes.laws.effective_costs`
+#: The fixed cost of a speculative cycle, ``c1c`` of :func:`specbayes.laws.effective_costs`
 #: (the pooled structure's default; ``priors={"cycle_overhead": None}`` drops it):
 #: rejection sampling, the proposer's bookkeeping and a synchronisation per cycle in vLLM V1,
 #: around 1 ms (ASSUMPTION: the simulator's ``EngineConfig.spec_step_overhead_s``, bounded
@@ -211,7 +211,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     # the knee: per (verifier, hardware) tokens per pass (ridges) and excess; None = off
     "knee": None,
     # pooled: a fixed C1 cost of every speculative cycle per (verifier, hardware, drafter),
-    # c1s of laws.effective_costs (log-normal, s); None = off (the paper's decomposition)
+    # c1c of laws.effective_costs (log-normal, s); None = off (the paper's decomposition)
     "cycle_overhead": CYCLE_OVERHEAD,
     "wall_softness": 0.01,
     # per-point metrics beside the mean latency (issue 45; specbayes.model_next.metrics)

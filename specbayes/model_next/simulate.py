@@ -10,7 +10,7 @@ growing noise (:func:`specbayes.model_next.likelihood.log_mean_latency`,
 .. math::
 
     \log c_{uj} &= \mu_{g(u)j} + \log(1 - w_j + w_j e^{t_{uj}}) + s_j z_{uj} \\
-    \log C_{js} &= \log C^{\mathrm{eff}}_{js}(c_{u(s)}, c_{1s}, g, \alpha, k)
+    \log C_{js} &= \log C^{\mathrm{eff}}_{js}(c_{u(s)}, c_{1c}, g, \alpha, k)
         + \tau_j \epsilon_{js} \\
     \log L_i &= \mu_i + \sigma (1 - x_i)^{-\gamma} \epsilon_i
 
@@ -72,7 +72,7 @@ def simulate_sweeps(
     ``N = x/(1 - x) · C1/C2``, rounded). With ``unknown_alpha`` each (cell, drafter) has one
     acceptance rate (``alphas[(i + j) % len]`` for cell i, drafter j; in ``truth['alpha']``)
     and the SD rows carry none. Every SD cycle pays ``cycle_overhead`` (s), the model's
-    ``c1s`` (:func:`specbayes.laws.effective_costs`).
+    ``c1c`` (:func:`specbayes.laws.effective_costs`).
 
     Returns
     -------
@@ -81,7 +81,7 @@ def simulate_sweeps(
         rps | concurrency, latency``).
     truth : DataFrame
         One row per (verifier, hardware, cell, drafter) with the true coefficients
-        ``c1p … c2d`` and ``c1s`` (s) (one row per unit with drafter "none" at
+        ``c1p … c2d`` and ``c1c`` (s) (one row per unit with drafter "none" at
         ``level="dense"``).
     """
     if level not in ("dense", "sd"):
@@ -115,7 +115,7 @@ def simulate_sweeps(
     truth = units[["verifier", "hardware", "cell"]].loc[np.repeat(units.index, len(names))]
     truth = truth.reset_index(drop=True).assign(drafter=np.tile(names, len(units)))
     truth[list(COEFS)] = coef.reshape(-1, len(COEFS))
-    truth["c1s"] = np.where(truth["drafter"] == "none", 0.0, cycle_overhead)
+    truth["c1c"] = np.where(truth["drafter"] == "none", 0.0, cycle_overhead)
     configs = _configurations(units, names, level, alphas, ks, unknown_alpha)
     if unknown_alpha:
         first = configs[configs["k"] > 0].groupby(["unit", "drafter"])["alpha"].first()
@@ -168,7 +168,7 @@ def _configurations(units, names, level, alphas, ks, unknown_alpha) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def _rows(units, configs, coef, loads, tau, sigma, growth, closed, c1s, rng) -> pd.DataFrame:
+def _rows(units, configs, coef, loads, tau, sigma, growth, closed, c1c, rng) -> pd.DataFrame:
     """The load points of every configuration, with latencies drawn from the model."""
     u = configs["unit"].to_numpy()
     unit = units.iloc[u].reset_index(drop=True)
@@ -177,7 +177,7 @@ def _rows(units, configs, coef, loads, tau, sigma, growth, closed, c1s, rng) -> 
     g = unit["decode"].to_numpy(float)
     c = {name: coef[u, configs["slot"].to_numpy(), j] for j, name in enumerate(COEFS)}
     c1, c2 = laws.effective_costs(
-        c["c1p"], c["c1v"], c["c1d"], c["c2p"], c["c2v"], c["c2d"], g, alpha, k, c1s=c1s
+        c["c1p"], c["c1v"], c["c1d"], c["c2p"], c["c2v"], c["c2d"], g, alpha, k, c1c=c1c
     )
     log_c1 = np.log(c1) + tau[0] * rng.normal(size=len(k))
     log_c2 = np.log(c2) + tau[1] * rng.normal(size=len(k))
