@@ -676,8 +676,7 @@ def report(seed: int = 0, demo_dir: Path = ROOT / "specbayes-demo") -> tuple[str
                 f"{a} (acceptance length {verdict[f'h200_al_{a}']:.2f})"
                 for a in verdict["h200_met_at"]
             )
-            + "; not at the other alphas: the simulated light-load speedup exceeds 1.2 x "
-            "the measured one from an acceptance length of ~2.3 on)."
+            + " only)."
             if verdict["h200"]
             else "."
         ),
