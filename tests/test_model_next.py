@@ -201,6 +201,22 @@ def test_row_noise_shrinks_with_the_requests_averaged(demo_subset):
     assert not build_design(without).log_count.any()
 
 
+def test_engine_assumptions_are_the_simulators():
+    """The roofline centres, the knee's decode ridge and the cycle overhead's prior restate
+    the simulator's engine assumptions; they must not drift apart."""
+    from specbayes.model_next import physics
+    from specbayes.model_next.priors import CYCLE_OVERHEAD
+    from specbayes.sim import EngineConfig
+
+    e = EngineConfig()
+    assert e.step_overhead_s == physics.STEP_S and e.seq_overhead_s == physics.SEQ_S
+    assert e.draft_pass_overhead_s == physics.DRAFT_STEP_S
+    assert e.draft_seq_overhead_s == physics.DRAFT_SEQ_S
+    assert e.eager_layer_overhead_s == physics.EAGER_LAYER_S
+    assert e.decode_compute_scale == physics.DECODE_COMPUTE_SCALE
+    assert CYCLE_OVERHEAD["mu"] == pytest.approx(np.log(e.spec_step_overhead_s))
+
+
 def test_merge_priors():
     pr = merge_priors({"noise": {"beta": 1e-4}, "coef_mu": {"c1v": {"sigma": 1.0}}})
     assert pr["noise"] == {"alpha": 1.0, "beta": 1e-4}

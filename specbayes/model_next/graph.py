@@ -456,8 +456,8 @@ def _cycle_overhead(design: Design, pr: dict):
     if prior is None or not design.coords["draft_unit"] or design.level != "sd":
         return 0.0
     c1c = pm.LogNormal("cycle_overhead", **prior, dims="draft_group")
-    group = design.draft_group_of[np.maximum(design.sweep_draft, 0)]
-    return c1c[group] * (design.k > 0)
+    # dense sweeps take any draft group's value: effective_costs pays it only where k > 0
+    return c1c[design.draft_group_of[np.maximum(design.sweep_draft, 0)]]
 
 
 def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.ndarray):
