@@ -401,7 +401,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     # of C1 — its cells follow the prefill trend alone)
     deviating = [c for c in coefs if c in pr["cell_coefs"]]
     pm.Model.get_context().add_coord("coef_c", deviating)
-    cell_sd = pm.Gamma("cell_sd", **pr["cell_sd"], dims="coef_c")
+    cell_sd = pm.LogNormal("cell_sd", **pr["cell_sd"], dims="coef_c")
     cell_sd = _scatter(cell_sd, [coefs.index(c) for c in deviating], len(coefs))
     parts = {"verifier": design.coords["coef_v"], "drafter": design.coords["coef_d"]}
     cols = {part: [coefs.index(c) for c in names if c in coefs] for part, names in parts.items()}

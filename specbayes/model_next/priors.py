@@ -59,10 +59,13 @@ Pooled structure (coefficients shared across sweeps)
         0.35–0.93 for each workload (sd 1.0 on the logit), correlation 0.64 between two
         workloads of one drafter.
     ``cell_sd``
-        Gamma scale of a cell's deviation from its group's trend (zero-avoiding: with a few
-        cells per group a HalfNormal lets it sink into the funnel of the centred cells).
-        Gamma(4, 100) (5–95 %: 1.4–7.8 %): Gamma(2, 20) left mass at the funnel's neck when a
-        group has three cells (divergences in validation's folds, ``benchmarks/model_core.md``).
+        Log-normal scale of a cell's deviation from its group's trend, LogNormal(log 3.5 %,
+        0.5) (5–95 %: 1.5–8.0 %). Zero-avoiding: the rows of three or four cells per group
+        barely tell a small scale from none, and below ~1 % the centred cells are the neck of
+        a funnel. A HalfNormal sank into it; Gamma(2, 20) and then Gamma(4, 100), whose left
+        tails fall only polynomially, still left divergent draws at a scale of 0.3 % in a
+        validation fold of the demo with three cells per group; the log-normal's falls like
+        a Gaussian in the log (``benchmarks/model_core.md``).
     ``tau``
         Gamma prior of the scale of a sweep's :math:`\log C_1` deviation from the cycle
         decomposition (zero-avoiding, mode 1 %).
@@ -203,7 +206,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "c1p_tie": 0.5,
     "trend": {"mu": 1.5, "sigma": 1.0},
     "alpha_logit": {"mu": 1.0, "sigma": 0.8, "cell_sigma": 0.6},
-    "cell_sd": {"alpha": 4.0, "beta": 100.0},
+    "cell_sd": {"mu": float(np.log(0.035)), "sigma": 0.5},
     "tau": {"alpha": 2.0, "beta": 100.0},
     "c2_jitter": 0.005,
     # batch curvature: inverse knee (roofline ridges) of each (verifier, hardware); None = off
