@@ -136,8 +136,9 @@ def ratio_draws(
     ks = np.asarray(list(ks))
     (coefs,) = plan.coefficient_draws(fit, arm)
     c = [coefs[name][:, None, None] for name in plan.COEFFICIENTS]
+    cycle = {name: coefs[name][:, None, None] for name in plan.CYCLE_COSTS}
     c1s, c2s = laws.effective_costs(
-        *c, arm.decode, alphas[None, :, None], ks[None, None, :], c1c=coefs["c1c"][:, None, None]
+        *c, arm.decode, alphas[None, :, None], ks[None, None, :], **cycle
     )
     c1d, c2d = laws.effective_costs(*c, arm.decode, 0.5, 0)
     return c1s / c1d, c2s / c2d, coefs
@@ -156,7 +157,8 @@ def c2r_crossing_alpha(
     Parameters
     ----------
     coefs : dict
-        Coefficient draws (``c1p ... c2d``), each ``(sample,)``.
+        Coefficient draws (``c1p ... c2d``, and ``c2c`` where the fit has it), each
+        ``(sample,)``.
     decode : float
         Output tokens g.
     k : int
@@ -164,9 +166,10 @@ def c2r_crossing_alpha(
     """
     c = [np.asarray(coefs[name], dtype=float) for name in plan.COEFFICIENTS]
     _, c2_dense = laws.effective_costs(*c, decode, 0.5, 0)
+    c2c = np.asarray(coefs.get("c2c", 0.0), dtype=float)  # a cycle's cost per sequence
 
     def c2r(alpha: np.ndarray) -> np.ndarray:
-        return laws.effective_costs(*c, decode, alpha, k)[1] / c2_dense
+        return laws.effective_costs(*c, decode, alpha, k, c2c=c2c)[1] / c2_dense
 
     lo = np.zeros_like(c[0])
     hi = np.ones_like(c[0])

@@ -723,6 +723,7 @@ def effective_costs(
     k: Any,
     passes: Any = None,
     c1c: Any = 0.0,
+    c2c: Any = 0.0,
 ) -> tuple[Any, Any]:
     r"""Effective :math:`(C_1, C_2)` of a speculative configuration (cycle decomposition).
 
@@ -732,13 +733,15 @@ def effective_costs(
     .. math::
 
         C_{1,\mathrm{eff}} = c_{1p} + \frac{g}{E}\,(c_{1v} + c_{1c} + k\,c_{1d}), \qquad
-        C_{2,\mathrm{eff}} = c_{2p} + \frac{g}{E}\,(c_{2v} + k\,c_{2d})
+        C_{2,\mathrm{eff}} = c_{2p} + \frac{g}{E}\,(c_{2v} + c_{2c} + k\,c_{2d})
 
     Dense decoding is ``k = 0`` (E = 1): :math:`C = c_p + g\,c_v`. :math:`c_{1c}` is a fixed
     cost of every speculative cycle that is neither the verifier's pass nor a drafter pass
     (rejection sampling, the proposer's bookkeeping, a synchronisation per cycle; 0 in the
-    paper's decomposition, where a cycle at k = 0 costs a dense step); paid only where
-    ``k > 0``.
+    paper's decomposition, where a cycle at k = 0 costs a dense step); :math:`c_{2c}` the
+    same per concurrent sequence (a verification's multi-token queries that an attention
+    kernel runs unpacked, :func:`specbayes.model_next.physics.spec_seq_centre`). Both are
+    paid only where ``k > 0``.
 
     Parameters
     ----------
@@ -755,6 +758,8 @@ def effective_costs(
         already (computed here if not given).
     c1c : array_like, default 0
         Fixed C1 cost of a speculative cycle (s), see above.
+    c2c : array_like, default 0
+        Its C2 counterpart (s per concurrent request), see above.
 
     Returns
     -------
@@ -763,7 +768,7 @@ def effective_costs(
     if passes is None:
         passes = verifier_passes(decode, alpha, k)
     c1 = cycle_cost(c1p, passes, pass_cost(c1v, c1d, k, c1c))
-    c2 = cycle_cost(c2p, passes, pass_cost(c2v, c2d, k))
+    c2 = cycle_cost(c2p, passes, pass_cost(c2v, c2d, k, c2c))
     return c1, c2
 
 
@@ -1231,6 +1236,8 @@ def optimal_k(
     c2v: Any,
     c2d: Any,
     ks: Sequence[int] = tuple(range(0, 11)),
+    c1c: Any = 0.0,
+    c2c: Any = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""The draft length in ``ks`` minimising mean latency at (alpha, rps).
 
@@ -1248,6 +1255,8 @@ def optimal_k(
         Cycle coefficients (broadcast with the above, e.g. posterior draws).
     ks : sequence of int
         Candidate draft lengths.
+    c1c, c2c : array_like, default 0
+        The costs per speculative cycle of :func:`effective_costs` (fixed, per sequence).
 
     Returns
     -------
@@ -1262,7 +1271,8 @@ def optimal_k(
     args = [np.asarray(a, dtype=float)[..., None] for a in (rps, alpha, decode)]
     coefs = [np.asarray(c, dtype=float)[..., None] for c in (c1p, c1v, c1d, c2p, c2v, c2d)]
     rps_, alpha_, decode_ = args
-    c1, c2 = effective_costs(*coefs, decode_, alpha_, ks_arr)
+    cycle = [np.asarray(c, dtype=float)[..., None] for c in (c1c, c2c)]
+    c1, c2 = effective_costs(*coefs, decode_, alpha_, ks_arr, c1c=cycle[0], c2c=cycle[1])
     lat = latency(rps_, c1, c2)
     best = np.argmin(lat, axis=-1)
     lat_best = np.take_along_axis(lat, best[..., None], axis=-1)[..., 0]

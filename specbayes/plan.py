@@ -56,6 +56,8 @@ __all__ = [
 ]
 
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
+#: Costs per speculative cycle beside them (laws.effective_costs): fixed, per sequence.
+CYCLE_COSTS = ("c1c", "c2c")
 KNEES = ("knee_verifier", "knee_drafter", "knee_tokens")
 #: The experimental knee's draws (``priors={"knee": ...}``), per row when the fit has them.
 KNEE_LAW = ("knee_at", "knee_excess", "knee_c2v")
@@ -209,10 +211,13 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
                 else np.full(n, np.inf)  # a fit without knees: no batch curvature
                 for name in COEFFICIENTS + KNEES + law
             },
-            # the fixed cost per speculative cycle: 0 for a fit without one
-            "c1c": np.asarray(ds["c1c"].isel(row=i).values, dtype=float)
-            if "c1c" in ds
-            else np.zeros(n),
+            # the costs per speculative cycle (fixed, per sequence): 0 for a fit without them
+            **{
+                name: np.asarray(ds[name].isel(row=i).values, dtype=float)
+                if name in ds
+                else np.zeros(n)
+                for name in CYCLE_COSTS
+            },
         }
         for i in range(len(arms))
     ]
@@ -251,8 +256,9 @@ def _costs(
     c = {name: value.reshape((n,) + (1,) * extra) for name, value in coefs.items()}
     k = k[None, ...]
     c1, c2 = laws.effective_costs(
-        *(c[name] for name in COEFFICIENTS), arm.decode, alpha, k, c1c=c["c1c"]
-    )
+        *(c[name] for name in COEFFICIENTS), arm.decode, alpha, k,
+        **{name: c[name] for name in CYCLE_COSTS},
+    )  # fmt: skip
     c3 = curvature(c, arm.decode, alpha, k)
     bend = knee(c, arm.decode, alpha, k)
     if bend is not None:

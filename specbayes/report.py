@@ -69,8 +69,9 @@ def collapse_points(fit: Any) -> pd.DataFrame:
     for (v, dr, cell), idx in d[unknown].groupby(["verifier", "drafter", "cell"]).groups.items():
         alpha[:, idx] = np.asarray(fit.alpha_draws(v, dr, cell))[:, None]
     g, k = d["decode"].to_numpy(), d["k"].to_numpy()
-    c1c = ds["c1c"].values if "c1c" in ds else 0.0  # the fixed cost per speculative cycle
-    c1, c2 = laws.effective_costs(*coefs, g, alpha, k, c1c=c1c)
+    # the costs per speculative cycle (fixed, per sequence) where the fit has them
+    cycle = {name: ds[name].values for name in plan.CYCLE_COSTS if name in ds}
+    c1, c2 = laws.effective_costs(*coefs, g, alpha, k, **cycle)
     draws = {n: ds[n].values for n in ds.data_vars}
     c3 = plan.curvature(draws, g, alpha, k)
     c1m, c2m, c3m = (np.mean(np.broadcast_to(c, c1.shape), axis=0) for c in (c1, c2, c3))

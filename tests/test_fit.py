@@ -150,6 +150,7 @@ def test_unseen_cell_is_predicted_from_the_trend(sd_fit):
     )
     coefs = sd_fit.coefficients(rows)
     # the six cycle coefficients and the pooled structure's fixed cost per speculative cycle
+    # (no cost per sequence of a cycle, c2c: the H100's attention packs the GQA group)
     assert set(coefs.data_vars) == {"c1p", "c1v", "c1d", "c2p", "c2v", "c2d", "c1c"}
     assert coefs.sizes["row"] == 2
     for name in ("c1d", "c1c"):  # drafter costs: none on the dense row

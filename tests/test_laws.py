@@ -353,6 +353,19 @@ def test_cycle_cost_pieces_compose_effective_costs():
     assert c2 == pytest.approx(laws.cycle_cost(0.01, passes, laws.pass_cost(0.001, 0.0002, 4)))
 
 
+def test_cost_per_sequence_of_a_cycle_is_paid_in_c2_by_speculative_cycles_only():
+    """c2c: C2's counterpart of c1c, per concurrent sequence; C1 and dense decoding keep theirs."""
+    base = (0.1, 0.02, 0.003, 0.01, 0.001, 0.0002, 256)
+    c1, c2 = laws.effective_costs(*base, 0.7, 4, c2c=2e-4)
+    passes = laws.verifier_passes(256, 0.7, 4)
+    assert c2 == pytest.approx(0.01 + passes * (0.001 + 2e-4 + 4 * 0.0002))
+    assert c1 == laws.effective_costs(*base, 0.7, 4)[0]
+    assert laws.effective_costs(*base, 0.7, 0, c2c=2e-4) == laws.effective_costs(*base, 0.7, 0)
+    # the best k sees it: a dear enough cost per sequence makes dense decoding best under load
+    k_best, _ = laws.optimal_k(3.0, 0.7, 256, *base[:6], ks=range(0, 5), c2c=2e-3)
+    assert k_best == 0 and laws.optimal_k(3.0, 0.7, 256, *base[:6], ks=range(0, 5))[0] > 0
+
+
 def test_cycle_overhead_is_paid_by_speculative_cycles_only():
     """c1c: a fixed C1 cost per speculative cycle; dense decoding (k = 0) and C2 keep theirs."""
     base = (0.1, 0.02, 0.003, 0.01, 0.001, 0.0002, 256)

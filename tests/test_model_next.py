@@ -73,6 +73,8 @@ def test_pooled_design_dims(demo_subset):
     assert model.named_vars_to_dims["cycle_overhead"] == ("draft_group",)
     plain = build_model(design, priors={"cycle_overhead": None})
     assert "cycle_overhead" not in plain.named_vars
+    # no cost per sequence of a cycle (c2c) where the GPU's attention packs the GQA group
+    assert "spec_seq_overhead" not in model.named_vars
     # every configuration is one sweep: the synchronous point joins its open-loop rates
     assert (
         len(model.coords["sweep"])
@@ -199,6 +201,26 @@ def test_row_noise_shrinks_with_the_requests_averaged(demo_subset):
     # without request counts every row is the reference row
     without = validate_sweeps(demo_subset.data.drop(columns="n_requests").reset_index(drop=True))
     assert not build_design(without).log_count.any()
+
+
+def test_a_cycle_costs_per_sequence_where_attention_runs_unpacked(demo_subset):
+    """c2c: one per (verifier, GPU, drafter) on an FA2 GPU (A100), centred at the roofline's
+    unpacked tiles, proportional to each sweep's context; off on request."""
+    from specbayes.data import validate_sweeps
+    from specbayes.model_next.physics import spec_seq_centre
+
+    a100 = validate_sweeps(demo_subset.data.assign(hardware="A100-SXM-80GB"))
+    design = build_design(a100)
+    model = build_model(design)
+    assert model.named_vars_to_dims["spec_seq_overhead"] == ("spec_seq_group",)
+    assert list(model.coords["spec_seq_group"]) == list(model.coords["draft_group"])
+    # the prior's median is the roofline centre at the trend's centre cell: the cells 256 x 256
+    # and 1024 x 1024 give p* = e^mean(log p) = 512, s* = e^mean(log(p + g/2)) = 768, g* = 512
+    # (k: the sweeps' median, 4 here; (64 - k - 1) moves it by < 2 % per k)
+    centre = spec_seq_centre("Llama-3.1-8B", "A100-SXM-80GB", "EAGLE3-Llama-3.1-8B", 512, 512, k=4)
+    mu = model["spec_seq_overhead"].owner.inputs[-2].eval()
+    assert float(np.exp(mu[0])) == pytest.approx(centre, rel=0.05)
+    assert "spec_seq_overhead" not in build_model(design, priors={"spec_seq_overhead": None})
 
 
 def test_engine_assumptions_are_the_simulators():

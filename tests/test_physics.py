@@ -155,3 +155,34 @@ def test_bad_workload_is_refused(kwargs):
     args = dict(prefill=256, decode=256) | kwargs
     with pytest.raises(ValueError, match="roofline_centres"):
         roofline_centres("Qwen3-8B", "H100-SXM", "EAGLE3-Qwen3-8B", **args)
+
+
+def test_spec_seq_centre_is_the_unpacked_attention_work_of_a_verification():
+    """c2c's centre: on an FA2 GPU (A100) a verification computes whole 64-row query tiles
+    per query head, which the simulator charges (sim.costs.unpacked_decode_pairs); on a GPU
+    whose kernel packs the GQA group, nothing."""
+    import numpy as np
+
+    from specbayes.model_next import physics
+    from specbayes.sim import costs
+
+    model, hw = catalog.load_model("Qwen3-14B"), catalog.load_hardware("A100-SXM-80GB")
+    k, s = 3, 768.0
+    c = physics.spec_seq_centre("Qwen3-14B", "A100-SXM-80GB", "EAGLE3-Qwen3-14B", 512, 512, k=k)
+    pairs = physics._pass(model.geometry(), hw, 1).pair_s
+    drafter = catalog.load_drafter("EAGLE3-Qwen3-14B").geometry()
+    pairs += physics._pass(drafter, hw, 1).pair_s
+    assert c == pytest.approx(pairs * (64 - (k + 1)) * s)
+    # the simulator's extra pairs of one sequence's verification, against packed GQA
+    vec = np.zeros(costs.N_COST)
+    vec[costs.L2_BYTES], vec[costs.GQA_GROUP] = 40 * 2.0**20, 5.0
+    q = k + 1.0
+    extra = costs.unpacked_decode_pairs(vec, s, 1.0, q) - q * (s + (q + 1) / 2)
+    assert (64 - q) * s == pytest.approx(extra, rel=0.05)
+    # proportional to the context, one value for every k whose block fits one tile
+    at = physics.spec_seq_centre("Qwen3-14B", "A100-SXM-80GB", "EAGLE3-Qwen3-14B", 1024, 1024, k=k)
+    assert at == pytest.approx(2 * c, rel=0.01)
+    # a kernel that packs the group (FlashAttention 3 on Hopper): none; unknown: no centre
+    assert physics.spec_seq_centre("Qwen3-14B", "H100-SXM", None, 512, 512) == 0.0
+    assert physics.spec_seq_centre("NoSuchModel", "A100-SXM-80GB", None, 512, 512) is None
+    assert physics.spec_seq_centre("Qwen3-14B", "NoSuchGPU", None, 512, 512) is None

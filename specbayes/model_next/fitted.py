@@ -313,7 +313,8 @@ class NextFit:
     # -- coefficients -------------------------------------------------------------------------
     def coefficients(self, rows: pd.DataFrame, seed: int | None = None) -> xr.Dataset:
         """Posterior draws of the six cycle coefficients per row (seconds), dims (sample, row),
-        and ``c1c`` (the fixed cost per speculative cycle) where the fit has one.
+        and ``c1c``, ``c2c`` (the costs per speculative cycle: fixed, per sequence) where the
+        fit has them.
 
         A unit (verifier, hardware, cell) the fit saw uses its draws; in the pooled
         structure an unseen cell of a fitted (verifier, hardware) gets the hierarchy's
@@ -347,20 +348,30 @@ class NextFit:
             if name in post:
                 data[name] = (("sample", "row"), post[name].values[:, group])
         if "cycle_overhead" in post:
-            data["c1c"] = (("sample", "row"), self._cycle_overhead(rows))
+            data["c1c"] = (("sample", "row"), self._cycle_overhead(rows, "cycle_overhead"))
+        if "spec_seq_overhead" in post:
+            # per sequence, proportional to the context p + g/2 (graph._spec_seq_overhead)
+            _, centre = trend_covariates(*_unit_workload(d), d.coords["coef"])
+            trend, _ = trend_covariates(rows["prefill"], rows["decode"], d.coords["coef"], centre)
+            context = np.exp(trend[:, d.coords["coef"].index("c2v")])
+            data["c2c"] = (
+                ("sample", "row"), self._cycle_overhead(rows, "spec_seq_overhead") * context
+            )  # fmt: skip
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
 
-    def _cycle_overhead(self, rows: pd.DataFrame) -> np.ndarray:
-        """(sample, row) draws of the fixed cost per speculative cycle, ``c1c`` (0 on k = 0
-        rows): one per (verifier, hardware, drafter), the same in every cell."""
-        draws = self._post()["cycle_overhead"].values
-        names = self.design.coords["draft_group"]
+    def _cycle_overhead(self, rows: pd.DataFrame, name: str) -> np.ndarray:
+        """(sample, row) draws of a cost per speculative cycle sampled per (verifier,
+        hardware, drafter) — ``cycle_overhead`` (``c1c``) or ``spec_seq_overhead`` (``c2c``
+        at the trend's centre cell) — 0 on k = 0 rows."""
+        var = self._post()[name]
+        draws, names = var.values, list(var[var.dims[-1]].values)
         out = np.zeros((self._n(), len(rows)))
         for i in np.flatnonzero((rows["k"] > 0).to_numpy()):
             label = rows.at[i, "verifier"] + "|" + rows.at[i, "hardware"]
             drafter = rows.at[i, "drafter"]
             group = self._draft_unit(label, drafter, self._fitted_drafters(label, "draft_group"))
-            out[:, i] = draws[:, names.index(group)]
+            if group in names:  # c2c: none where the GPU's kernel packs the GQA group
+                out[:, i] = draws[:, names.index(group)]
         return out
 
     def _unit_coefficients(self, unit: int, row: pd.Series) -> np.ndarray:
@@ -494,8 +505,8 @@ class NextFit:
             alpha = self._alpha(new)
             decode, k = new["decode"].to_numpy(float), new["k"].to_numpy(float)
             parts = [coef[c].values for c in COEFS]
-            c1c = coef["c1c"].values if "c1c" in coef else 0.0
-            c1, c2 = laws.effective_costs(*parts, decode, alpha, k, c1c=c1c)
+            cycle = {c: coef[c].values for c in ("c1c", "c2c") if c in coef}
+            c1, c2 = laws.effective_costs(*parts, decode, alpha, k, **cycle)
             n1, n2 = self._sweep_deviation(new, np.log(c2), measured, seed)
             log_c1[:, ~seen] = np.log(c1) + n1
             log_c2[:, ~seen] = np.log(c2) + n2

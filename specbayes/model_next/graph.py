@@ -45,7 +45,7 @@ from specbayes.model_next.likelihood import (
     log_row_scale,
 )
 from specbayes.model_next.metrics import check_metrics, metric_likelihood
-from specbayes.model_next.priors import group_level_prior, merge_priors
+from specbayes.model_next.priors import group_level_prior, merge_priors, spec_seq_prior
 from specbayes.model_next.truncated import TruncatedNormal
 
 #: Held while :func:`build_model` builds a model. Two models built at once in one process (a
@@ -431,6 +431,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     c1_eff, c2_eff = laws.effective_costs(
         c_v[:, 0], c_v[:, 1], c_d[:, 0], c_v[:, 2], c_v[:, 3], c_d[:, 1],
         design.decode, None, design.k, passes, c1c=_cycle_overhead(design, pr),
+        c2c=_spec_seq_overhead(design, pr, trend, centre),
     )  # fmt: skip
     # C1's deviation scale is learned; C2's is a fixed jitter (priors: ``c2_jitter``)
     tau_c1 = pm.Gamma("tau_c1", **pr["tau"])
@@ -440,6 +441,32 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), tau[1], design.log_wall, centred["C2"])
     c2v_group = pt.exp(mu_v[:, design.coords["coef_v"].index("c2v")])
     return log_c1, log_c2, (c_v[:, 2], c_v[:, 3], c_d[:, 1], passes, c2v_group)
+
+
+def _spec_seq_overhead(design: Design, pr: dict, trend: np.ndarray, centre: np.ndarray):
+    r"""Each sweep's cost per sequence of a speculative cycle :math:`c_{2c}`, or 0.
+
+    With the ``spec_seq_overhead`` prior: one :math:`\log c^*_{2c} \sim \mathcal N(m, s)` per
+    (verifier, hardware, drafter) at the trend's centre cell (``spec_seq_group``: the groups
+    whose GPU runs a verification's queries unpacked, or that the catalog does not know), from
+    :func:`~specbayes.model_next.priors.spec_seq_prior`, scaled to a workload by its context,
+    :math:`c_{2c} = c^*_{2c}\,\bar s_u/\bar s^*` with :math:`\bar s = p + g/2` (the
+    attention work a verification computes unpacked grows with the context it attends to:
+    :func:`specbayes.model_next.physics.spec_seq_centre`).
+    """
+    if pr.get("spec_seq_overhead") is None or not design.coords["draft_unit"]:
+        return 0.0
+    if design.level != "sd":
+        return 0.0
+    groups, loc, scale = spec_seq_prior(design, pr, centre)
+    if not groups:
+        return 0.0
+    pm.Model.get_context().add_coord("spec_seq_group", groups)
+    c2c = pm.LogNormal("spec_seq_overhead", loc, scale, dims="spec_seq_group")
+    index = [design.coords["draft_group"].index(g) for g in groups]
+    c2c = _scatter(c2c, index, len(design.coords["draft_group"]))  # 0 where the kernel packs
+    context = np.exp(trend[:, design.coords["coef"].index("c2v")])[design.sweep_unit]
+    return c2c[design.draft_group_of[np.maximum(design.sweep_draft, 0)]] * context
 
 
 def _cycle_overhead(design: Design, pr: dict):

@@ -127,9 +127,10 @@ the coverage; the paper data's MoE fits agree, ``benchmarks/roofline_priors.md``
 
 Assumptions, in one place: the achievable fractions of the catalog's hardware entries, the
 additive (non-overlapping) roofline, the engine overheads above, :math:`T_\mathrm{ref}` for
-MoE, :math:`t_\mathrm{req}`. Not modelled: the per-cycle cost of rejection sampling (about
-0.5 ms in vLLM V1; it multiplies :math:`g/E` like :math:`c_{1v}` but only in SD rows) and a
-drafter's pass over the prompt. These are centres of a prior, not predictions:
+MoE, :math:`t_\mathrm{req}`. The costs of a speculative cycle beyond its passes are the
+pooled structure's ``c1c`` (its own prior) and ``c2c`` (:func:`spec_seq_centre`: a
+verification's unpacked attention tiles on FlashAttention 2). Not modelled: a drafter's pass
+over the prompt. These are centres of a prior, not predictions:
 ``benchmarks/roofline_priors.md`` measures how far they lie from least-squares coefficients of
 the bundled and the real data, and from the measured prefill (TTFT less one ITL).
 """
@@ -397,3 +398,73 @@ def ridge_tokens(hardware: str) -> float:
     if hw is None:
         return GENERIC_RIDGE_TOKENS
     return float(hw.compute / (DECODE_COMPUTE_SCALE * hw.bandwidth))
+
+
+#: Rows of a FlashAttention 2 query tile (``kBlockM``): an unpacked query head of a sequence
+#: computes a whole tile whatever its real query count.
+FA2_TILE_ROWS = 64
+
+
+def spec_seq_centre(
+    verifier: str, hardware: str, drafter: str | None, prefill: float, decode: float,
+    *, tp: int = 1, k: int = 1,
+) -> float | None:  # fmt: skip
+    r"""Roofline magnitude of :math:`c_{2c}`, a speculative cycle's cost per sequence beyond
+    its verifier and drafter passes (:func:`specbayes.laws.effective_costs`), at the cell
+    ``(prefill, decode)``.
+
+    Where vLLM runs FlashAttention 2 (catalog hardware ``[sim] attention = "fa2"``: compute
+    capability 8.0), a step whose longest query is longer than one token — every
+    verification of :math:`k + 1` tokens — runs one query tile of ``FA2_TILE_ROWS`` rows per
+    *query* head instead of packing the GQA group into it (``flash_api.cpp``
+    ``mha_varlen_fwd``: ``seqlenq_ngroups_swapped`` only when ``max_seqlen_q == 1``), so the
+    tensor cores multiply :math:`64\lceil q/64\rceil` rows where :math:`q = k + 1` are real:
+
+    .. math::  c_{2c} = (f_{a,v} + f_{a,d})\,\big(64\lceil q/64\rceil - q\big)\,\bar s / F
+
+    for the verifier's pass and the drafter's first pass (which reads the :math:`k + 1`
+    verified tokens), :math:`\bar s = p + g/2` — per sequence, so in :math:`C_2`, and
+    proportional to the context. It is what a dense step does not pay, whatever k is; without
+    a term for it the decomposition can only spread it over :math:`k\,c_{2d}` or, where alpha
+    is unknown, over the acceptance (alpha then comes out 0.15–0.25 too high on the serving
+    simulator's A100 sweeps, ``benchmarks/model_core.md``). 0 where the kernel packs the GQA
+    group (FlashAttention 3 on Hopper and Blackwell, a multi-head verifier): there a
+    verification's attention is its real query pairs, already in :math:`c_{2v} + k\,c_{2d}`.
+    ``None`` when the catalog does not know the GPU, or the verifier on an FA2 GPU.
+    """
+    hw = _find(catalog.load_hardware, hardware)
+    if hw is None:
+        return None
+    if not _fa2(hw):
+        return 0.0
+    model = _find(catalog.load_model, verifier)
+    if model is None:
+        return None
+    if not _unpacks_gqa(model):
+        return 0.0
+    pair_s = _pass(model.geometry(), hw, int(tp)).pair_s
+    spec = None
+    if drafter is not None and drafter.strip().lower() != "none":
+        spec = _find(catalog.load_drafter, drafter, f"{drafter}-{model.name}")
+    if spec is not None:
+        pair_s += _pass(spec.geometry(), hw, int(tp)).pair_s
+    q = k + 1.0
+    rows = FA2_TILE_ROWS * math.ceil(q / FA2_TILE_ROWS)
+    return pair_s * (rows - q) * (float(prefill) + 0.5 * float(decode))
+
+
+def _fa2(hw) -> bool:
+    """Whether vLLM runs FlashAttention 2 on the GPU (hardware file ``[sim] attention``)."""
+    with hw.path.open("rb") as fh:
+        return tomllib.load(fh).get("sim", {}).get("attention", "packed") == "fa2"
+
+
+def _unpacks_gqa(model) -> bool:
+    """Whether FA2 runs the verifier's multi-token queries unpacked: grouped-query attention,
+    unless the model file says ``[sim] attention = "packed"`` (the tables
+    :mod:`specbayes.sim.point` reads)."""
+    geom = model.geometry()
+    if geom.q_heads <= geom.kv_heads:
+        return False
+    with model.path.open("rb") as fh:
+        return tomllib.load(fh).get("sim", {}).get("attention") != "packed"

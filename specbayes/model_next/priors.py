@@ -181,6 +181,18 @@ KNEE: dict[str, dict] = {
 #: by measurements); median 1 ms, 90 % within 0.19-5.2 ms.
 CYCLE_OVERHEAD: dict[str, float] = {"mu": float(np.log(1e-3)), "sigma": 1.0}
 
+#: Its cost per sequence, ``c2c`` of :func:`specbayes.laws.effective_costs` at the trend's
+#: centre cell (proportional to the context, :math:`\bar s = p + g/2`): log-normal around
+#: :func:`specbayes.model_next.physics.spec_seq_centre` with log sd ``sigma`` where the
+#: catalog knows the verifier and GPU; none where that centre is 0 (a kernel that packs the
+#: GQA group); around ``generic`` (s; about a sequence's KV read at a few hundred tokens) with
+#: ``generic_sigma`` where the catalog does not know the GPU (or the verifier on an FA2 GPU).
+SPEC_SEQ_OVERHEAD: dict[str, float] = {
+    "sigma": 1.0,
+    "generic": 1e-4,
+    "generic_sigma": 2.0,
+}
+
 DEFAULT_PRIORS: dict[str, dict] = {
     "noise": {"alpha": 1.0, "beta": 5e-5},
     "noise_growth": {"sigma": 0.5},
@@ -216,6 +228,8 @@ DEFAULT_PRIORS: dict[str, dict] = {
     # pooled: a fixed C1 cost of every speculative cycle per (verifier, hardware, drafter),
     # c1c of laws.effective_costs (log-normal, s); None = off (the paper's decomposition)
     "cycle_overhead": CYCLE_OVERHEAD,
+    # ... and per concurrent sequence (c2c, proportional to the context); None = off
+    "spec_seq_overhead": SPEC_SEQ_OVERHEAD,
     "wall_softness": 0.01,
     # per-point metrics beside the mean latency (issue 45; specbayes.model_next.metrics)
     "metric_share": {
@@ -251,13 +265,8 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
     ``drafter_ratio``: an offset from the verifier's own level. A parallel drafter's
     per-token cost depends on k: its centre is taken at the median k of its sweeps.
     """
-    from specbayes.model_next.design import TRENDED
 
-    coefs = design.coords["coef"]
-    by_kind = {TRENDED.get(c): centre[j] for j, c in enumerate(coefs) if c in TRENDED}
-    p_star = float(np.exp(by_kind.get("prefill", np.log(512.0))))
-    kv_star = float(np.exp(by_kind.get("kv", np.log(p_star + 256.0))))
-    g_star = max(2.0 * (kv_star - p_star), 1.0)
+    p_star, g_star = centre_cell(design, centre)
     sweeps = design.extra["sweeps"]
     verifier = [
         _roofline(design, sweeps[sweeps["group"] == group], None, p_star, g_star)
@@ -289,6 +298,46 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
         "verifier": (loc_v.reshape(-1, len(names_v)), scale_v.reshape(-1, len(names_v))),
         "drafter": (loc_d.reshape(-1, 2), scale_d.reshape(-1, 2), relative.reshape(-1, 2)),
     }
+
+
+def centre_cell(design, centre: np.ndarray) -> tuple[float, float]:
+    r"""The cell :math:`(p^*, g^*)` the group levels stand for: the trend's centre,
+    :math:`p^* = e^{\bar{\log p}}`, :math:`g^* = 2(e^{\overline{\log(p + g/2)}} - p^*)`."""
+    from specbayes.model_next.design import TRENDED
+
+    coefs = design.coords["coef"]
+    by_kind = {TRENDED.get(c): centre[j] for j, c in enumerate(coefs) if c in TRENDED}
+    p_star = float(np.exp(by_kind.get("prefill", np.log(512.0))))
+    kv_star = float(np.exp(by_kind.get("kv", np.log(p_star + 256.0))))
+    return p_star, max(2.0 * (kv_star - p_star), 1.0)
+
+
+def spec_seq_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+    """The draft groups with a ``c2c`` and the log location and scale of each at the trend's
+    centre cell (``spec_seq_overhead``; :func:`specbayes.model_next.physics.spec_seq_centre`;
+    a group whose centre is 0 has none)."""
+    from specbayes.model_next.physics import spec_seq_centre
+
+    prior = pr["spec_seq_overhead"]
+    p_star, g_star = centre_cell(design, centre)
+    sweeps = design.extra["sweeps"]
+    groups, loc, scale = [], [], []
+    for label in design.coords["draft_group"]:
+        group, name = label.rsplit("|", 1)
+        mine = sweeps[(sweeps["group"] == group) & (sweeps["drafter"] == name)]
+        spec = mine[mine["k"] > 0]
+        rows = design.data[design.data["_config"].isin(mine.index)]
+        tp = int(rows["tp"].median()) if "tp" in rows and rows["tp"].notna().any() else 1
+        at = spec_seq_centre(
+            mine["verifier"].iloc[0], mine["hardware"].iloc[0], name, p_star, g_star,
+            tp=max(tp, 1), k=int(spec["k"].median()) if len(spec) else 1,
+        )  # fmt: skip
+        if at == 0.0:
+            continue
+        groups.append(label)
+        loc.append(np.log(prior["generic"] if at is None else at))
+        scale.append(prior["generic_sigma"] if at is None else prior["sigma"])
+    return groups, np.array(loc), np.array(scale)
 
 
 def _roofline(design, sweeps, drafter, p_star: float, g_star: float) -> dict | None:
