@@ -40,6 +40,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "specbayes.commands.fit",
     "specbayes.commands.plan",
     "specbayes.commands.validate",
+    "specbayes.commands.control",
 )
 
 #: Exit status of a usage or input error.

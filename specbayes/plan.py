@@ -498,6 +498,8 @@ def optimal_k(
       some draws (all expected latencies infinite) the choice is the candidate least likely
       to saturate, ties broken by median latency; ``-1`` where every candidate saturates in
       every draw;
+    * ``expected_latency_k<k>`` — each candidate's posterior expected latency (``inf`` where
+      it saturates in some draws), what an online controller compares (:mod:`specbayes.control`);
     * ``regret`` — :math:`\mathbb{E}[L_{k_\mathrm{bayes}} / L_{k^*_\mathrm{draw}}] - 1`, the
       expected relative latency lost against the per-draw best (over draws where the Bayes
       choice is unsaturated), and ``p_bayes_saturated``.
@@ -547,6 +549,8 @@ def optimal_k(
             all_sat = ~np.isfinite(best_lat[:, i, j])
             for kk_i, kk in enumerate(ks):
                 row[f"p_best_k{kk}"] = float(np.mean((best_idx[:, i, j] == kk_i) & ~all_sat))
+            for kk_i, kk in enumerate(ks):  # inf where k saturates in some draws
+                row[f"expected_latency_k{kk}"] = float(e[kk_i])
             row["p_all_saturated"] = float(np.mean(all_sat))
             if k_idx < 0:
                 row.update(

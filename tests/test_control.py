@@ -1,0 +1,126 @@
+"""The online k controller (specbayes.control): estimators on known streams, the table,
+hysteresis and dwell, the CLI export."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from tiny_fit import tiny_fit_path
+
+from specbayes import control, laws, plan
+from specbayes.cli import main
+from specbayes.control import ControllerConfig, KController, KTable, Sample
+
+
+def _stream(rate, alpha, k, seconds=120.0, step=5.0, start=0.0, requests=0.0, cycles_per_s=200.0):
+    """Counter scrapes of a server receiving ``rate`` req/s and running k with acceptance
+    alpha: every cycle accepts E(alpha, k) - 1 draft tokens on average."""
+    out, acc, drafts = [], 0.0, 0.0
+    for t in np.arange(start, start + seconds + 1e-9, step):
+        out.append(Sample(t=float(t), requests=requests + rate * (t - start), drafts=drafts,
+                          accepted=acc, k=k, running=rate * 2.0))  # fmt: skip
+        if k > 0:
+            drafts += cycles_per_s * step
+            acc += cycles_per_s * step * (laws.expected_tokens(alpha, k) - 1.0)
+    return out
+
+
+def test_estimators_recover_known_streams():
+    w = _stream(rate=7.5, alpha=0.7, k=4)
+    assert control.arrival_rate(w, now=120.0, seconds=30.0) == pytest.approx(7.5)
+    assert control.in_flight(w, now=120.0) == pytest.approx(15.0)
+    assert control.acceptance(w, now=120.0) == pytest.approx(0.7, abs=1e-6)
+    # only the window counts: a rate change 30 s ago is all the estimator sees
+    late = _stream(rate=2.0, alpha=0.5, k=2, start=125.0, requests=w[-1].requests, seconds=30.0)
+    both = w + late
+    assert control.arrival_rate(both, now=155.0, seconds=30.0) == pytest.approx(2.0)
+    assert control.acceptance(both, now=155.0, seconds=30.0) == pytest.approx(0.5, abs=1e-6)
+    # nothing to estimate from: one sample, dense decoding, too few cycles
+    assert control.arrival_rate(w[:1], now=0.0) is None
+    assert control.acceptance(_stream(3.0, 0.7, k=0), now=120.0) is None
+    few = _stream(3.0, 0.7, k=3, cycles_per_s=1.0)
+    assert control.acceptance(few, now=120.0, min_drafts=100) is None
+
+
+def _table(load="rps") -> KTable:
+    """A hand-made table: k = 0 best at high load, k = 4 at low load, k = 2 between."""
+    alphas, loads, ks = np.array([0.5, 0.9]), np.array([0.0, 10.0, 20.0]), np.array([0, 2, 4])
+    lat = np.array([[3.0, 2.0, 1.6], [4.0, 3.0, 3.2], [6.0, 7.0, 9.0]])  # (load, k)
+    expected = np.stack([lat, lat])
+    k_bayes = np.tile([4, 2, 0], (2, 1))
+    ones = np.ones((2, 3))
+    return KTable(alphas, loads, ks, expected, k_bayes, 0 * ones, ones, load=load, arm="a")
+
+
+def test_table_interpolates_and_round_trips_through_its_frame():
+    t = _table()
+    assert t.best(0.7, 0.0) == 4 and t.best(0.7, 10.0) == 2 and t.best(0.7, 20.0) == 0
+    # between grid points: geometric interpolation of each k's latency; clamped outside
+    np.testing.assert_allclose(t.latencies(0.7, 5.0), np.sqrt([3.0 * 4.0, 2.0 * 3.0, 1.6 * 3.2]))
+    np.testing.assert_allclose(t.latencies(0.1, 99.0), [6.0, 7.0, 9.0])
+    back = KTable.from_frame(t.to_frame())
+    np.testing.assert_array_equal(back.expected, t.expected)
+    np.testing.assert_array_equal(back.k_bayes, t.k_bayes)
+    with pytest.raises(ValueError, match="grid"):
+        KTable.from_frame(t.to_frame().iloc[:-1])
+
+
+def test_hysteresis_no_switch_inside_the_dwell_a_sustained_change_switches():
+    cfg = ControllerConfig(window_s=30.0, min_dwell_s=60.0, margin=0.03)
+    ctl = KController(_table(), k=4, alpha=0.7, config=cfg, start=0.0)
+    w = _stream(rate=1.0, alpha=0.7, k=4, seconds=300.0)
+    assert ctl.decide(100.0, w) == 4  # low load: k = 4 is best
+    # a burst to 20 req/s at t = 100: inside the dwell from a switch at t = 130 nothing moves
+    burst = _stream(rate=20.0, alpha=0.7, k=4, start=105.0, seconds=300.0,
+                    requests=w[21].requests)  # fmt: skip
+    stream = w[:22] + burst
+    assert ctl.decide(140.0, stream) == 0  # sustained: 60 s since the start, switch to dense
+    assert ctl.state.switched and ctl.state.since == 140.0
+    # the load drops back at once: the dwell holds k = 0 for 60 s, then k returns
+    calm = _stream(rate=1.0, alpha=0.7, k=0, start=145.0, seconds=300.0,
+                   requests=burst[8].requests)  # fmt: skip
+    stream = stream[:30] + calm
+    assert [ctl.decide(t, stream) for t in (180.0, 195.0)] == [0, 0]
+    assert "dwell" in ctl.state.reason
+    assert ctl.decide(205.0, stream) == 4
+    assert sum(d.switched for d in ctl.history) == 2
+
+
+def test_margin_keeps_a_nearly_as_good_k():
+    t = _table()
+    # at 10 req/s k = 2 (3.0 s) beats k = 4 (3.2 s) by 6.7 %: switched with a 3 % margin,
+    # kept with a 10 % margin
+    w = _stream(rate=10.0, alpha=0.7, k=4)
+    d = control.choose(t, 4, -1e9, 0.7, 120.0, w, ControllerConfig(margin=0.03))
+    assert d.switched and d.k == 2
+    d = control.choose(t, 4, -1e9, 0.7, 120.0, w, ControllerConfig(margin=0.10))
+    assert not d.switched and d.k == 4 and "margin" in d.reason
+
+
+def test_closed_loop_table_reads_the_streams_in_flight():
+    t = _table(load="concurrency")
+    w = _stream(rate=10.0, alpha=0.7, k=4)  # running = 20 streams
+    assert control.choose(t, 4, -1e9, 0.7, 120.0, w).k == 0
+
+
+def test_k_table_is_the_planners(draws_fit):
+    arm = plan.Arm("V8", "A100", 1024, 1024, drafter="eagle3", alpha=0.75, k=3)
+    t = control.k_table(draws_fit, arm, alphas=[0.6, 0.8], rps=[1.0, 8.0], ks=range(0, 5))
+    ref = plan.optimal_k(draws_fit, arm, [0.6, 0.8], [1.0, 8.0], ks=range(0, 5))
+    np.testing.assert_array_equal(t.k_bayes.ravel(), ref["k_bayes"].to_numpy())
+    for _, row in ref.iterrows():
+        i, j = list(t.alphas).index(row["alpha"]), list(t.loads).index(row["rps"])
+        assert t.best(row["alpha"], row["rps"]) == row["k_bayes"]
+        assert t.expected[i, j, list(t.ks).index(row["k_bayes"])] == row["expected_latency"]
+
+
+def test_cli_exports_a_table_the_controller_reads(tmp_path, capsys):
+    out = tmp_path / "table.csv"
+    assert main(["control", "table", str(tiny_fit_path()), "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    table = KTable.from_frame(pd.read_csv(out))
+    assert table.expected.shape == (len(control.DEFAULT_ALPHAS), len(table.loads), 8)
+    assert set(np.unique(table.k_bayes)) <= set(range(-1, 8))
+    assert main(["control", "table", str(tiny_fit_path()), "--out", str(tmp_path / "t.txt")]) == 2
+    assert "CSV" in capsys.readouterr().err
