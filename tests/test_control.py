@@ -124,3 +124,16 @@ def test_cli_exports_a_table_the_controller_reads(tmp_path, capsys):
     assert set(np.unique(table.k_bayes)) <= set(range(-1, 8))
     assert main(["control", "table", str(tiny_fit_path()), "--out", str(tmp_path / "t.txt")]) == 2
     assert "CSV" in capsys.readouterr().err
+
+
+def test_a_saturating_k_leaves_inside_the_dwell():
+    t = _table()
+    expected = t.expected.copy()
+    expected[:, 2, 2] = np.inf  # k = 4 saturates in some draws at 20 req/s
+    t = KTable(t.alphas, t.loads, t.ks, expected, t.k_bayes, t.regret, t.p_best, arm="a")
+    w = _stream(rate=20.0, alpha=0.7, k=4)
+    d = control.choose(t, 4, 110.0, 0.7, 120.0, w, ControllerConfig(min_dwell_s=60.0))
+    assert d.switched and d.k == 0
+    # a finite k stays for the dwell
+    d = control.choose(_table(), 4, 110.0, 0.7, 120.0, w, ControllerConfig(min_dwell_s=60.0))
+    assert not d.switched and "dwell" in d.reason

@@ -57,6 +57,7 @@ batch and SD acceptance are accumulated over steps inside the window.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -112,6 +113,41 @@ class Emissions:
         return self.times[idx + 1] - self.times[idx]
 
 
+@dataclass
+class StepLog:
+    """The engine's counters after every step: time (s), speculative cycles and accepted
+    draft tokens since the start (what ``vllm:spec_decode_num_drafts`` and
+    ``vllm:spec_decode_num_accepted_tokens`` count)."""
+
+    t: np.ndarray
+    cycles: np.ndarray
+    accepted: np.ndarray
+
+
+@dataclass
+class Schedule:
+    """k and alpha changed at run time: entry ``i`` holds from ``*_times[i]`` (s) on.
+
+    The first entries (time 0) are the run's ``k`` and ``alpha``. A change of k stops the
+    engine for ``switch_s`` seconds (ASSUMPTION: vLLM sizes its KV budget and captures its
+    CUDA graphs per draft length, so a server switching k swaps to a pre-built set; 0.2 s is
+    the order of draining the step in flight and re-planning the batch, not of a restart).
+    ``capture``: the CUDA-graph limit for a k (default: :meth:`EngineConfig.capture_limit`
+    rule via the caller's value for the run's k). :attr:`log` is filled by the run.
+    """
+
+    k_times: np.ndarray
+    k_values: np.ndarray
+    alpha_times: np.ndarray
+    alpha_values: np.ndarray
+    switch_s: float = 0.2
+    capture_of: Any = None
+    log: StepLog | None = None
+
+    def capture(self, k: int, default: int) -> int:
+        return int(default if self.capture_of is None else self.capture_of(k))
+
+
 @njit(cache=True)
 def _simulate(
     arrival,
@@ -140,6 +176,15 @@ def _simulate(
     spec_step_s,
     spec_seq_s,
     emit_off,
+    k_t,
+    k_v,
+    a_t,
+    a_v,
+    capture_k,
+    switch_s,
+    log_t,
+    log_c,
+    log_a,
 ):
     np.random.seed(seed)  # noqa: NPY002 (numba: per-thread legacy RNG)
     n = arrival.shape[0]
@@ -177,12 +222,32 @@ def _simulate(
     # measurement window [wa, wb): open loop given; closed loop set at completions
     wa = t_a if t_a >= 0.0 else np.inf
     wb = t_b if t_a >= 0.0 else np.inf
+    # run-time schedules of k and alpha (one entry each: fixed) and the step log;
+    # ``speculate`` says a drafter is loaded, used where k > 0
+    can_draft = speculate
+    speculate = can_draft and k > 0
     q_dec = k + 1 if speculate else 1
     table_rows = moe_table.shape[0]
     table_cols = moe_table.shape[1]
     sw = vcost[4]
+    ki = 0
+    ai = 0
+    n_log = 0
+    cyc_all = 0.0
+    acc_all = 0.0
 
     while done < n:
+        while ki + 1 < k_t.shape[0] and k_t[ki + 1] <= t:
+            ki += 1
+            if k_v[ki] != k:
+                t += switch_s  # the engine stops to switch (KV budget, graphs): ASSUMPTION
+                k = k_v[ki]
+                speculate = can_draft and k > 0
+                q_dec = k + 1 if speculate else 1
+                capture = capture_k[k]
+        while ai + 1 < a_t.shape[0] and a_t[ai + 1] <= t:
+            ai += 1
+            alpha = a_v[ai]
         while nxt < issue_limit and arrival[nxt] <= t:
             wq[(wh + wc) % cap] = nxt
             wc += 1
@@ -400,6 +465,8 @@ def _simulate(
                         a = 0
                         while a < k and np.random.random() < alpha:  # noqa: NPY002 (numba: per-thread legacy RNG)
                             a += 1
+                        cyc_all += 1.0
+                        acc_all += a
                         if in_window:
                             stats[S_ACCEPTED] += a
                             stats[S_CYCLES] += 1
@@ -438,10 +505,15 @@ def _simulate(
                 run[kept] = r
                 kept += 1
         nr = kept
+        if n_log < log_t.shape[0]:  # counters after the step, as a server exports them
+            log_t[n_log] = t
+            log_c[n_log] = cyc_all
+            log_a[n_log] = acc_all
+            n_log += 1
     stats[S_WIN_A] = wa
     stats[S_WIN_B] = wb
     stats[S_END] = t
-    return arrival, first, finish, stats, emit, n_emit
+    return arrival, first, finish, stats, emit, n_emit, n_log
 
 
 def run_engine(
@@ -470,8 +542,12 @@ def run_engine(
     capture: int = 1 << 30,
     spec_step_s: float = 0.0,
     spec_seq_s: float = 0.0,
+    schedule: Schedule | None = None,
 ):
     """Run the compiled engine; see the module docstring for the mechanism.
+
+    ``schedule`` changes k and alpha at run time (:class:`Schedule`; default: ``k`` and
+    ``alpha`` throughout) and has the step log filled in.
 
     Returns
     -------
@@ -484,7 +560,13 @@ def run_engine(
     output = np.ascontiguousarray(output, dtype=np.int64)
     off = np.zeros(output.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.maximum(output, 1), out=off[1:])
-    arrival, first, finish, stats, emit, n_emit = _simulate(
+    sch = schedule or Schedule(np.zeros(1), np.array([int(k)]), np.zeros(1), np.array([alpha]))
+    if sch.k_values[0] != int(k) or sch.alpha_values[0] != float(alpha):
+        raise ValueError("the schedule's first k and alpha must be the run's k and alpha")
+    capture_k = np.array([sch.capture(j, capture) for j in range(int(sch.k_values.max()) + 1)])
+    n_log = int(output.sum() + np.sum(prompt) // max(int(budget), 1) + 2 * output.shape[0] + 16)
+    logs = [np.zeros(n_log if schedule is not None else 0) for _ in range(3)]
+    arrival, first, finish, stats, emit, n_emit, used = _simulate(
         np.ascontiguousarray(arrival, dtype=np.float64),
         np.ascontiguousarray(prompt, dtype=np.int64),
         output,
@@ -511,5 +593,14 @@ def run_engine(
         float(spec_step_s),
         float(spec_seq_s),
         off,
+        np.ascontiguousarray(sch.k_times, dtype=np.float64),
+        np.ascontiguousarray(sch.k_values, dtype=np.int64),
+        np.ascontiguousarray(sch.alpha_times, dtype=np.float64),
+        np.ascontiguousarray(sch.alpha_values, dtype=np.float64),
+        capture_k.astype(np.int64),
+        float(sch.switch_s),
+        *logs,
     )
+    if schedule is not None:
+        schedule.log = StepLog(*(x[:used] for x in logs))
     return arrival, first, finish, stats, Emissions(emit, off[:-1], n_emit)
