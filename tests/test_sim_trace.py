@@ -114,7 +114,7 @@ def test_acceptance_estimate_from_the_engine_counters():
     assert all(a == pytest.approx(0.7, abs=0.04) for a in seen)
     # the scrapes: request counter and in-flight requests at each scrape time
     a = np.array([0.0, 1.0, 2.0])
-    log = eng.StepLog(np.array([0.5, 1.5]), np.array([10.0, 20.0]), np.array([5.0, 9.0]))
+    log = eng.StepLog(np.array([0.5, 1.5]), np.array([10.0, 20.0]), np.array([5.0, 9.0]), None)
     out = _scrapes(a, np.array([1.2, 3.0, -1.0]), log, [0.0], [3], 2.0, 1.0, 2.0, _Sample)
     assert [s.requests for s in out] == [1, 2, 3] and [s.running for s in out] == [1, 2, 2]
     assert [s.drafts for s in out] == [0.0, 10.0, 20.0]
@@ -124,3 +124,20 @@ def _Sample(**kw):
     from specbayes.control import Sample
 
     return Sample(**kw)
+
+
+def test_goodput_chooser_speculates_when_drafts_are_accepted_and_not_when_rejected():
+    from specbayes.sim.trace import goodput_profile
+
+    cfg = make_config(KW["verifier"], hardware=KW["hardware"], drafter=KW["drafter"],
+                      prefill=KW["prefill"], decode=KW["decode"], alpha=0.5, k=1)  # fmt: skip
+    v0, v1, d0, d1 = goodput_profile(cfg, KW["prefill"], KW["decode"])
+    assert v0 > 0 and v1 > 0 and d0 > 0 and d1 > 0
+    light = trace("bursts", 1.0, 0.95, duration=200.0)
+    res = run_trace(light, "goodput", seed=1, alpha0=0.95, **KW).summary()
+    assert max(res["time_at_k"], key=res["time_at_k"].get) >= 4  # long drafts pay
+    poor = trace("bursts", 1.0, 0.02, duration=200.0)
+    res = run_trace(poor, "goodput", seed=1, alpha0=0.5, **KW).summary()
+    assert res["time_at_k"].get(0, 0.0) > 0.8  # it learns that nothing is accepted
+    with pytest.raises(ValueError, match="unknown policy"):
+        run_trace(poor, "smartspec", **KW)

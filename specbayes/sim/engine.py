@@ -122,6 +122,7 @@ class StepLog:
     t: np.ndarray
     cycles: np.ndarray
     accepted: np.ndarray
+    k: np.ndarray
 
 
 @dataclass
@@ -134,6 +135,13 @@ class Schedule:
     the order of draining the step in flight and re-planning the batch, not of a restart).
     ``capture``: the CUDA-graph limit for a k (default: :meth:`EngineConfig.capture_limit`
     rule via the caller's value for the run's k). :attr:`log` is filled by the run.
+
+    ``goodput`` (instead of the k schedule): a SmartSpec-style chooser picks every step's k
+    (0 included) by the highest estimated goodput — ``(v0, v1, d0, d1, w, alpha0, kmax, s)``:
+    the linear profiles of a verifier step's time in its batched tokens (``v0 + v1 T``) and of
+    a drafter pass in its sequences (``d0 + d1 n``), the weight ``w`` of the moving average of
+    the accepted share of drafted tokens and its start ``alpha0``, the largest k, the fixed
+    cost of a speculative step (:func:`_goodput_k`). Its k changes per step without a stall.
     """
 
     k_times: np.ndarray
@@ -143,9 +151,47 @@ class Schedule:
     switch_s: float = 0.2
     capture_of: Any = None
     log: StepLog | None = None
+    goodput: Any = None
 
     def capture(self, k: int, default: int) -> int:
         return int(default if self.capture_of is None else self.capture_of(k))
+
+
+@njit(cache=True)
+def _goodput_k(gp, run, nr, comp, target, wq, wh, wc, cap, prompt, budget, alpha, current):
+    r"""The k in ``0..gp[6]`` of highest estimated goodput for the next step (SmartSpec).
+
+    Goodput = the decoding sequences' expected tokens, :math:`n\,E(\hat\alpha, k)`, over the
+    step's estimated time from linear profiles, :math:`v_0 + v_1 T + [k > 0]\,(s + k\,(d_0 +
+    d_1 n))`, with :math:`T = n(k + 1) +` the prefill tokens that fit the budget and
+    :math:`s` = ``gp[7]`` the speculative step's fixed cost. A step without decoding
+    sequences keeps ``current`` (nothing to draft for; the drafter still reads the prefill).
+    """
+    n_dec = 0
+    pending = 0.0
+    for i in range(nr):
+        r = run[i]
+        if comp[r] >= target[r]:
+            n_dec += 1
+        else:
+            pending += target[r] - comp[r]
+    for j in range(wc):
+        pending += prompt[wq[(wh + j) % cap]]
+    if n_dec == 0:
+        return current
+    best_k = 0
+    best = -1.0
+    a = min(max(alpha, 1e-6), 1.0 - 1e-6)
+    for k in range(int(gp[6]) + 1):
+        tokens = float(n_dec * (k + 1))
+        tokens += min(pending, max(budget - tokens, 0.0))
+        spec = gp[7] + k * (gp[2] + gp[3] * n_dec) if k > 0 else 0.0
+        time = gp[0] + gp[1] * tokens + spec
+        gain = n_dec * (1.0 - a ** (k + 1)) / (1.0 - a)
+        if gain / time > best:
+            best = gain / time
+            best_k = k
+    return best_k
 
 
 @njit(cache=True)
@@ -185,6 +231,8 @@ def _simulate(
     log_t,
     log_c,
     log_a,
+    log_k,
+    goodput,
 ):
     np.random.seed(seed)  # noqa: NPY002 (numba: per-thread legacy RNG)
     n = arrival.shape[0]
@@ -235,6 +283,10 @@ def _simulate(
     n_log = 0
     cyc_all = 0.0
     acc_all = 0.0
+    # the goodput chooser's moving average of the accepted share of drafted tokens
+    g_alpha = goodput[5] if goodput.shape[0] > 0 else 0.0
+    step_acc = 0.0
+    step_drafted = 0.0
 
     while done < n:
         while ki + 1 < k_t.shape[0] and k_t[ki + 1] <= t:
@@ -255,6 +307,14 @@ def _simulate(
         if nr == 0 and wc == 0:
             t = arrival[nxt]
             continue
+        if goodput.shape[0] > 0 and can_draft:
+            # SmartSpec-style: this step's k maximises the estimated goodput
+            k = _goodput_k(
+                goodput, run, nr, comp, target, wq, wh, wc, cap, prompt, budget, g_alpha, k
+            )
+            speculate = k > 0
+            q_dec = k + 1 if speculate else 1
+            capture = capture_k[k]
 
         left = budget
         # --- 1. decode first -----------------------------------------------------------
@@ -467,6 +527,8 @@ def _simulate(
                             a += 1
                         cyc_all += 1.0
                         acc_all += a
+                        step_acc += a
+                        step_drafted += k
                         if in_window:
                             stats[S_ACCEPTED] += a
                             stats[S_CYCLES] += 1
@@ -509,7 +571,13 @@ def _simulate(
             log_t[n_log] = t
             log_c[n_log] = cyc_all
             log_a[n_log] = acc_all
+            log_k[n_log] = k if speculate else 0
             n_log += 1
+        if step_drafted > 0 and goodput.shape[0] > 0:
+            w = goodput[4]
+            g_alpha = (1.0 - w) * g_alpha + w * step_acc / step_drafted
+        step_acc = 0.0
+        step_drafted = 0.0
     stats[S_WIN_A] = wa
     stats[S_WIN_B] = wb
     stats[S_END] = t
@@ -563,9 +631,11 @@ def run_engine(
     sch = schedule or Schedule(np.zeros(1), np.array([int(k)]), np.zeros(1), np.array([alpha]))
     if sch.k_values[0] != int(k) or sch.alpha_values[0] != float(alpha):
         raise ValueError("the schedule's first k and alpha must be the run's k and alpha")
-    capture_k = np.array([sch.capture(j, capture) for j in range(int(sch.k_values.max()) + 1)])
+    top = int(sch.k_values.max()) if sch.goodput is None else max(int(sch.goodput[6]), int(k))
+    capture_k = np.array([sch.capture(j, capture) for j in range(top + 1)])
     n_log = int(output.sum() + np.sum(prompt) // max(int(budget), 1) + 2 * output.shape[0] + 16)
-    logs = [np.zeros(n_log if schedule is not None else 0) for _ in range(3)]
+    logs = [np.zeros(n_log if schedule is not None else 0) for _ in range(4)]
+    gp = np.zeros(0) if sch.goodput is None else np.asarray(sch.goodput, dtype=np.float64)
     arrival, first, finish, stats, emit, n_emit, used = _simulate(
         np.ascontiguousarray(arrival, dtype=np.float64),
         np.ascontiguousarray(prompt, dtype=np.int64),
@@ -600,6 +670,7 @@ def run_engine(
         capture_k.astype(np.int64),
         float(sch.switch_s),
         *logs,
+        gp,
     )
     if schedule is not None:
         schedule.log = StepLog(*(x[:used] for x in logs))

@@ -26,7 +26,7 @@ import numpy as np
 from specbayes.sim import engine as eng
 from specbayes.sim.point import make_config
 
-__all__ = ["Trace", "TraceResult", "arrivals", "run_trace", "trace"]
+__all__ = ["Trace", "TraceResult", "arrivals", "goodput_profile", "run_trace", "trace"]
 
 
 @dataclass(frozen=True)
@@ -131,9 +131,32 @@ class TraceResult:
         )
 
 
+def goodput_profile(cfg, prefill: int, decode: int) -> tuple[float, float, float, float]:
+    """SmartSpec's offline profile: least-squares lines of a verifier step's time in its
+    batched tokens (``v0 + v1 T``) and of one drafter pass in its sequences (``d0 + d1 n``),
+    from the engine's own pass costs at the workload's mean context, over 1-64 sequences of
+    1-8 tokens each (the paper profiles the model the same way, per batch size)."""
+    from specbayes.sim.costs import pass_time
+
+    s = prefill + decode / 2.0
+    xs, ys, nd, yd = [], [], [], []
+    for n in (1, 2, 4, 8, 16, 32, 64):
+        for q in range(1, 9):
+            tok = float(n * q)
+            pairs = n * q * (s + (q + 1) / 2.0)
+            xs.append(tok)
+            ys.append(pass_time(cfg.vcost, tok, tok, n * s, 0.0, pairs, 0.0, float(n), tok))
+        nd.append(float(n))
+        yd.append(pass_time(cfg.dcost, float(n), float(n), n * s, 0.0, n * (s + 1), 0.0,
+                            float(n), float(n)))  # fmt: skip
+    v1, v0 = np.polyfit(xs, ys, 1)
+    d1, d0 = np.polyfit(nd, yd, 1)
+    return float(v0), float(v1), float(d0), float(d1)
+
+
 def run_trace(
     tr: Trace,
-    policy: int | Callable[[float, Sequence], int],
+    policy: int | str | Callable[[float, Sequence], int],
     *,
     verifier: str,
     hardware: str,
@@ -147,16 +170,29 @@ def run_trace(
     history_s: float = 60.0,
     switch_s: float = 0.2,
     progress: Callable[[float], None] | None = None,
+    kmax: int = 7,
+    ema: float = 0.05,
+    alpha0: float = 0.7,
 ) -> TraceResult:
-    """Serve ``tr`` with a fixed k (``policy`` an int) or a controller ``policy(now,
-    window) -> k`` (e.g. :meth:`specbayes.control.KController.decide`) asked every
-    ``epoch_s`` seconds with the scrapes of the last ``history_s`` seconds, starting at
-    ``k0``. Arrivals depend on ``seed`` only, so every policy serves the same requests."""
+    """Serve ``tr`` with a fixed k (``policy`` an int), a controller ``policy(now, window)
+    -> k`` (e.g. :meth:`specbayes.control.KController.decide`) asked every ``epoch_s``
+    seconds with the scrapes of the last ``history_s`` seconds, starting at ``k0``, or
+    ``policy="goodput"``: the SmartSpec-style chooser inside the engine, every step's k in
+    ``0..kmax`` from :func:`goodput_profile` and a moving average (weight ``ema``) of the
+    accepted share of drafted tokens, starting at ``alpha0``. Arrivals depend on ``seed``
+    only, so every policy serves the same requests."""
     from specbayes.control import Sample
 
     cfg = make_config(verifier, hardware=hardware, drafter=drafter, prefill=prefill,
                       decode=decode, alpha=tr.alphas[0], k=1)  # fmt: skip
     arrival = arrivals(tr, np.random.default_rng([seed, 460]))
+    chooser = None
+    if isinstance(policy, str):
+        if policy != "goodput":
+            raise ValueError(f"unknown policy {policy!r}: an int k, 'goodput' or a callable")
+        prof = goodput_profile(cfg, prefill, decode)
+        chooser = (*prof, ema, alpha0, kmax, cfg.engine.spec_step_overhead_s)
+        policy = int(k0)
     fixed = not callable(policy)
     k_times, k_values = [0.0], [int(policy) if fixed else int(k0)]
 
@@ -164,7 +200,7 @@ def run_trace(
         arr = arrival[arrival <= until]
         sch = eng.Schedule(np.array(k_times), np.array(k_values, dtype=np.int64),
                            tr.alpha_times, tr.alphas, switch_s=switch_s,
-                           capture_of=cfg.engine.capture_limit)  # fmt: skip
+                           capture_of=cfg.engine.capture_limit, goodput=chooser)  # fmt: skip
         e = cfg.engine
         a, _, fin, *_ = eng.run_engine(
             arr, np.full(arr.size, prefill), np.full(arr.size, decode), closed_n=0,
@@ -190,7 +226,11 @@ def run_trace(
                 k_values.append(k)
             if progress is not None:
                 progress(float(now) / tr.duration)
-    a, fin, _ = serve(np.inf)
+    a, fin, log = serve(np.inf)
+    if chooser is not None:  # every step's k, from the step log
+        change = np.flatnonzero(np.diff(log.k, prepend=-1) != 0)
+        k_times = list(np.append(0.0, log.t[change[1:] - 1]))
+        k_values = list(log.k[change].astype(int))
     return TraceResult(a, fin, np.array(k_times), np.array(k_values), tr.duration, decisions)
 
 
