@@ -456,7 +456,7 @@ def _spec_seq_overhead(design: Design, pr: dict, trend: np.ndarray, centre: np.n
     """
     if pr.get("spec_seq_overhead") is None or not design.coords["draft_unit"]:
         return 0.0
-    if design.level != "sd":
+    if design.level != "sd":  # dense sweeps pay no speculative cycle
         return 0.0
     groups, loc, scale = spec_seq_prior(design, pr, centre)
     if not groups:

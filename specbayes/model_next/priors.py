@@ -265,7 +265,6 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
     ``drafter_ratio``: an offset from the verifier's own level. A parallel drafter's
     per-token cost depends on k: its centre is taken at the median k of its sweeps.
     """
-
     p_star, g_star = centre_cell(design, centre)
     sweeps = design.extra["sweeps"]
     verifier = [

@@ -52,6 +52,10 @@ vllm-project/vllm at 00c4f22d):
 Measurement window: open loop — requests *arriving* in ``[t_a, t_b]`` (given); closed loop —
 ``t_a`` / ``t_b`` are the times of the ``n_warm``-th / ``n_end``-th completion. The running
 batch and SD acceptance are accumulated over steps inside the window.
+
+Run time (:class:`Schedule`, issue 46): k and alpha may change at given times (a switch of k
+stalls the engine), or a SmartSpec-style chooser may pick every step's k; the run then logs
+its counters after every step (:class:`StepLog`) for a controller to read.
 """
 
 from __future__ import annotations
