@@ -58,6 +58,7 @@ def simulate_sweeps(
     closed_loop: bool = False,
     unknown_alpha: bool = False,
     cycle_overhead: float = 1e-3,
+    spec_seq_overhead: float = 1e-4,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate dense (and, for ``level="sd"``, SD) sweeps with known coefficients.
@@ -72,7 +73,10 @@ def simulate_sweeps(
     ``N = x/(1 - x) · C1/C2``, rounded). With ``unknown_alpha`` each (cell, drafter) has one
     acceptance rate (``alphas[(i + j) % len]`` for cell i, drafter j; in ``truth['alpha']``)
     and the SD rows carry none. Every SD cycle pays ``cycle_overhead`` (s), the model's
-    ``c1c`` (:func:`specbayes.laws.effective_costs`).
+    ``c1c`` (:func:`specbayes.laws.effective_costs`), and on a GPU where vLLM runs
+    FlashAttention 2 (the A100) ``c2c`` per sequence: ``spec_seq_overhead`` (s, the prior's
+    generic centre) at the cells' centre context, proportional to the context ``p + g/2``
+    (:func:`specbayes.model_next.physics.spec_seq_centre`).
 
     Returns
     -------
@@ -81,7 +85,7 @@ def simulate_sweeps(
         rps | concurrency, latency``).
     truth : DataFrame
         One row per (verifier, hardware, cell, drafter) with the true coefficients
-        ``c1p … c2d`` and ``c1c`` (s) (one row per unit with drafter "none" at
+        ``c1p … c2d``, ``c1c`` and ``c2c`` (s) (one row per unit with drafter "none" at
         ``level="dense"``).
     """
     if level not in ("dense", "sd"):
@@ -116,13 +120,16 @@ def simulate_sweeps(
     truth = truth.reset_index(drop=True).assign(drafter=np.tile(names, len(units)))
     truth[list(COEFS)] = coef.reshape(-1, len(COEFS))
     truth["c1c"] = np.where(truth["drafter"] == "none", 0.0, cycle_overhead)
+    per_seq = _spec_seq(units, spec_seq_overhead)  # (unit,)
+    truth["c2c"] = np.where(truth["drafter"] == "none", 0.0, np.repeat(per_seq, len(names)))
     configs = _configurations(units, names, level, alphas, ks, unknown_alpha)
     if unknown_alpha:
         first = configs[configs["k"] > 0].groupby(["unit", "drafter"])["alpha"].first()
         truth["alpha"] = first.reindex(
             list(zip(np.repeat(units.index, len(names)), truth["drafter"], strict=True))
         ).to_numpy()
-    rows = _rows(units, configs, coef, loads, tau, sigma, growth, closed_loop, cycle_overhead, rng)
+    cycle = (cycle_overhead, per_seq)
+    rows = _rows(units, configs, coef, loads, tau, sigma, growth, closed_loop, cycle, rng)
     if unknown_alpha:
         rows.loc[rows["k"] > 0, "alpha"] = np.nan
     rows["verifier_params"] = rows["verifier"].map(verifiers)
@@ -168,7 +175,19 @@ def _configurations(units, names, level, alphas, ks, unknown_alpha) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def _rows(units, configs, coef, loads, tau, sigma, growth, closed, c1c, rng) -> pd.DataFrame:
+def _spec_seq(units: pd.DataFrame, at_centre: float) -> np.ndarray:
+    """Each unit's ``c2c``: ``at_centre`` at the cells' centre context, proportional to the
+    context, where the GPU runs FlashAttention 2 (catalog), else 0."""
+    from specbayes.model_next.physics import spec_seq_centre
+
+    kv = units["prefill"].to_numpy(float) + 0.5 * units["decode"].to_numpy(float)
+    centre = float(np.exp(np.mean(np.log(kv))))
+    fa2 = [spec_seq_centre(v, h, None, 512, 512) != 0.0 for v, h in
+           zip(units["verifier"], units["hardware"], strict=True)]  # fmt: skip
+    return np.where(fa2, at_centre * kv / centre, 0.0)
+
+
+def _rows(units, configs, coef, loads, tau, sigma, growth, closed, cycle, rng) -> pd.DataFrame:
     """The load points of every configuration, with latencies drawn from the model."""
     u = configs["unit"].to_numpy()
     unit = units.iloc[u].reset_index(drop=True)
@@ -177,8 +196,9 @@ def _rows(units, configs, coef, loads, tau, sigma, growth, closed, c1c, rng) -> 
     g = unit["decode"].to_numpy(float)
     c = {name: coef[u, configs["slot"].to_numpy(), j] for j, name in enumerate(COEFS)}
     c1, c2 = laws.effective_costs(
-        c["c1p"], c["c1v"], c["c1d"], c["c2p"], c["c2v"], c["c2d"], g, alpha, k, c1c=c1c
-    )
+        c["c1p"], c["c1v"], c["c1d"], c["c2p"], c["c2v"], c["c2d"], g, alpha, k,
+        c1c=cycle[0], c2c=cycle[1][u],
+    )  # fmt: skip
     log_c1 = np.log(c1) + tau[0] * rng.normal(size=len(k))
     log_c2 = np.log(c2) + tau[1] * rng.normal(size=len(k))
     x = np.asarray(loads, float)
