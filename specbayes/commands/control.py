@@ -43,7 +43,7 @@ def run_table(args: argparse.Namespace) -> int:
     import numpy as np
 
     from specbayes import control
-    from specbayes.commands.plan import _arm, closed_view, load_plannable, rate_grid
+    from specbayes.commands.plan import _arm, _load_grid, closed_view, load_plannable
 
     if args.rps is not None and args.concurrency is not None:
         raise ValueError("--rps and --concurrency: one load at a time (open or closed loop)")
@@ -52,7 +52,9 @@ def run_table(args: argparse.Namespace) -> int:
     fit = load_plannable(args.fit)
     arm = _arm(fit, args)
     closed = closed_view(fit, args)
-    loads = _loads(fit, arm, args, closed, rate_grid)
+    loads = _load_grid(fit, arm, args, closed, n=13)
+    if "rps" in loads:  # the table's grid increases: the asked rates sorted, once each
+        loads["rps"] = sorted(set(loads["rps"]))
     alphas = args.alphas or control.DEFAULT_ALPHAS
     (grid,) = loads.values()
     print(f"k-table for {arm.label()} on {arm.hardware}, workload {arm.cell}: "
@@ -66,23 +68,3 @@ def run_table(args: argparse.Namespace) -> int:
     print(f"wrote {args.out} ({len(frame)} rows); best k in {best}; "
           f"{unsure} grid points where the best k is the fastest with P < 0.5")  # fmt: skip
     return 0
-
-
-def _loads(fit, arm, args, closed: bool, rate_grid) -> dict:
-    """The asked loads, or about 13 from 0 to 0.9 of dense saturation (open loop) / the
-    doubling stream counts up to the highest measured (closed loop)."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    from specbayes import laws, plan
-
-    if closed:
-        return {
-            "concurrency": args.concurrency or plan.stream_grid(plan.measured_streams(fit, arm))
-        }
-    if args.rps:
-        return {"rps": sorted(set(args.rps))}
-    c1, c2, c3, knee = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
-    sat = float(np.median(laws.saturation_rps(c1, c2, c3, knee=knee)))
-    return {"rps": rate_grid(0.9 * sat, n=13)}

@@ -308,8 +308,10 @@ def closed_view(fit, args) -> bool:
     return args.concurrency is not None or (args.rps is None and plan.fitted_closed_loop(fit))
 
 
-def _load_grid(fit, arm, args, closed: bool) -> dict:
-    """``{"rps": [...]}`` or ``{"concurrency": [...]}``: the asked loads or a default grid."""
+def _load_grid(fit, arm, args, closed: bool, n: int = 7) -> dict:
+    """``{"rps": [...]}`` or ``{"concurrency": [...]}``: the asked loads or a default grid
+    (about ``n`` rates from 0 to 0.9 of dense saturation; the doubling stream counts up to
+    the highest measured)."""
     from dataclasses import replace
 
     from specbayes import laws, plan
@@ -320,7 +322,7 @@ def _load_grid(fit, arm, args, closed: bool) -> dict:
         }
     c1, c2, c3, knee = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
     sat = float(np.median(laws.saturation_rps(c1, c2, c3, knee=knee)))
-    return {"rps": args.rps or rate_grid(0.9 * sat)}
+    return {"rps": args.rps or rate_grid(0.9 * sat, n)}
 
 
 def _tables(fit, arm, args, closed: bool = False) -> dict:

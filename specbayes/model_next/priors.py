@@ -271,11 +271,10 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
         _roofline(design, sweeps[sweeps["group"] == group], None, p_star, g_star)
         for group in design.coords["group"]
     ]
-    drafter = []
-    for label in design.coords["draft_group"]:
-        group, name = label.rsplit("|", 1)
-        mine = sweeps[(sweeps["group"] == group) & (sweeps["drafter"] == name)]
-        drafter.append(_roofline(design, mine, name, p_star, g_star))
+    drafter = [
+        _roofline(design, _draft_sweeps(sweeps, label), label.rsplit("|", 1)[1], p_star, g_star)
+        for label in design.coords["draft_group"]
+    ]
     names_v, names_d = design.coords["coef_v"], design.coords["coef_d"]
     loc_v = np.array([[pr["coef_mu"][c]["mu"] for c in names_v]] * len(verifier))
     scale_v = np.array([[pr["coef_mu"][c]["sigma"] for c in names_v]] * len(verifier))
@@ -322,15 +321,9 @@ def spec_seq_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, np.ndarr
     sweeps = design.extra["sweeps"]
     groups, loc, scale = [], [], []
     for label in design.coords["draft_group"]:
-        group, name = label.rsplit("|", 1)
-        mine = sweeps[(sweeps["group"] == group) & (sweeps["drafter"] == name)]
-        spec = mine[mine["k"] > 0]
-        rows = design.data[design.data["_config"].isin(mine.index)]
-        tp = int(rows["tp"].median()) if "tp" in rows and rows["tp"].notna().any() else 1
-        at = spec_seq_centre(
-            mine["verifier"].iloc[0], mine["hardware"].iloc[0], name, p_star, g_star,
-            tp=max(tp, 1), k=int(spec["k"].median()) if len(spec) else 1,
-        )  # fmt: skip
+        verifier, hardware, tp, k = _setting(design, _draft_sweeps(sweeps, label))
+        name = label.rsplit("|", 1)[1]
+        at = spec_seq_centre(verifier, hardware, name, p_star, g_star, tp=tp, k=k or 1)
         if at == 0.0:
             continue
         groups.append(label)
@@ -343,13 +336,24 @@ def _roofline(design, sweeps, drafter, p_star: float, g_star: float) -> dict | N
     """Roofline centres of one group's sweeps (:func:`~.physics.roofline_centres`)."""
     from specbayes.model_next.physics import roofline_centres
 
+    verifier, hardware, tp, k = _setting(design, sweeps)
+    return roofline_centres(verifier, hardware, drafter, p_star, g_star, tp=tp, k=k)
+
+
+def _draft_sweeps(sweeps, label: str):
+    """The sweeps of a draft group ``"verifier|hardware|drafter"``."""
+    group, name = label.rsplit("|", 1)
+    return sweeps[(sweeps["group"] == group) & (sweeps["drafter"] == name)]
+
+
+def _setting(design, sweeps) -> tuple[str, str, int, int | None]:
+    """Verifier, hardware, tensor-parallel degree (median over the rows) and median draft
+    length of the SD sweeps (None without any) of one group's sweeps."""
     rows = design.data[design.data["_config"].isin(sweeps.index)]
     tp = int(rows["tp"].median()) if "tp" in rows and rows["tp"].notna().any() else 1
     spec = sweeps[sweeps["k"] > 0]
-    return roofline_centres(
-        sweeps["verifier"].iloc[0], sweeps["hardware"].iloc[0], drafter, p_star, g_star,
-        tp=max(tp, 1), k=int(spec["k"].median()) if len(spec) else None,
-    )  # fmt: skip
+    k = int(spec["k"].median()) if len(spec) else None
+    return sweeps["verifier"].iloc[0], sweeps["hardware"].iloc[0], max(tp, 1), k
 
 
 def merge_priors(priors: dict | None = None) -> dict:

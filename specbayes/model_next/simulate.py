@@ -180,11 +180,11 @@ def _spec_seq(units: pd.DataFrame, at_centre: float) -> np.ndarray:
     context, where the GPU runs FlashAttention 2 (catalog), else 0."""
     from specbayes.model_next.physics import spec_seq_centre
 
-    kv = units["prefill"].to_numpy(float) + 0.5 * units["decode"].to_numpy(float)
-    centre = float(np.exp(np.mean(np.log(kv))))
+    # the context relative to the cells' centre, as the model's KV trend covariate has it
+    context = np.exp(trend_covariates(units["prefill"], units["decode"], ["c2v"])[0][:, 0])
     fa2 = [spec_seq_centre(v, h, None, 512, 512) != 0.0 for v, h in
            zip(units["verifier"], units["hardware"], strict=True)]  # fmt: skip
-    return np.where(fa2, at_centre * kv / centre, 0.0)
+    return np.where(fa2, at_centre * context, 0.0)
 
 
 def _rows(units, configs, coef, loads, tau, sigma, growth, closed, cycle, rng) -> pd.DataFrame:
