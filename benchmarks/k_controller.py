@@ -7,12 +7,15 @@ Usage::
 
 The fit is the demo's (``specbayes fit data/demo.parquet --model sd``: Llama-3.1-8B on one
 H100, EAGLE-3 head); its k-table (:func:`specbayes.control.k_table`, alphas 0.30-0.95 x
-0-40 req/s) drives a :class:`specbayes.control.KController` (30 s window, 60 s dwell, 3 %
-margin) on the 256 x 256 workload of the simulator that made the demo. Each trace
+0-40 req/s) drives a :class:`specbayes.control.KController` (its default
+:class:`~specbayes.control.ControllerConfig`: request rate over 30 s, or 10 s after a change;
+acceptance over 5 s; 60 s dwell unless k runs above 75 % utilisation; 3 % margin) on the
+256 x 256 workload of the simulator that made the demo. Each trace
 (:func:`specbayes.sim.trace.trace`, 900 s around 7 req/s, acceptance 0.75 falling to 0.5
 half-way: a prompt-mix change) is served by
 
-* ``controller`` — asked every 10 s, starting at the batch-1 best k;
+* ``controller`` — asked at every counter scrape (``--epoch``, 5 s; a table lookup), starting
+  at the batch-1 best k;
 * ``best fixed`` — every k in 0..7 served, the lowest mean latency kept (hindsight);
 * ``batch-1 best`` — the k the table gives at 0 req/s and the starting acceptance;
 * ``goodput`` — a SmartSpec-style chooser (Liu et al., arXiv 2406.14066) inside the engine:
@@ -62,7 +65,7 @@ def table(fit_path: str | None):
     return control.k_table(f, arm, rps=list(np.arange(0.0, 40.01, 2.5)), ks=range(0, 8))
 
 
-def run(tab, name: str, seed: int) -> dict:
+def run(tab, name: str, seed: int, epoch_s: float = 5.0) -> dict:
     from specbayes import control
     from specbayes.sim.trace import run_trace, trace
 
@@ -74,7 +77,9 @@ def run(tab, name: str, seed: int) -> dict:
     b1 = tab.best(ALPHA, 0.0)
     ctl = control.KController(tab, k=b1, alpha=ALPHA)
     t0 = time.perf_counter()
-    s = run_trace(tr, ctl.decide, k0=b1, **kw).summary()
+    s = run_trace(
+        tr, ctl.decide, k0=b1, epoch_s=epoch_s, scrape_s=min(5.0, epoch_s), **kw
+    ).summary()
     wall = time.perf_counter() - t0
     gp = run_trace(tr, "goodput", k0=b1, alpha0=ALPHA, **kw).summary()
     return dict(
@@ -95,11 +100,12 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--fit", default=None, help="a saved sd fit of the demo (default: fit it)")
     ap.add_argument("--write", action="store_true", help="append the table to k_controller.md")
+    ap.add_argument("--epoch", type=float, default=5.0, help="decision period (s)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     tab = table(args.fit)
     print(f"k-table in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    rows = [run(tab, name, int(s)) for s in args.seeds.split(",") for name in TRACES]
+    rows = [run(tab, name, int(s), args.epoch) for s in args.seeds.split(",") for name in TRACES]
     df = pd.DataFrame(rows)
     df["ctl_vs_best"] = df["ctl_mean"] / df["best_mean"] - 1.0
     df["ctl_vs_b1"] = df["ctl_mean"] / df["b1_mean"] - 1.0
@@ -107,7 +113,8 @@ def main() -> None:
     out = markdown_table(df.round(3))
     print(out)
     if args.write:
-        cmd = "nice .venv/bin/python benchmarks/k_controller.py --seeds " + args.seeds
+        cmd = f"nice .venv/bin/python benchmarks/k_controller.py --seeds {args.seeds}"
+        cmd += f" --epoch {args.epoch:g}" if args.epoch != 5.0 else ""
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         with open(Path(__file__).with_suffix(".md"), "a") as fh:
             fh.write(f"\n### {stamp}\n\nCommand: `{cmd} --write` "

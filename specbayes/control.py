@@ -12,13 +12,14 @@ changes the KV budget and the kernels):
   choice, its regret and the probability that it is the fastest. Exported by
   ``specbayes control table FIT.nc --out table.csv`` and read back by :meth:`KTable.from_frame`,
   so a serving stack needs the CSV and this module, not the fit.
-* :func:`arrival_rate`, :func:`in_flight` and :func:`acceptance` — sliding-window estimators
-  over the counters a vLLM server exports (requests received, speculative cycles and
-  accepted draft tokens: ``vllm:spec_decode_num_drafts``,
+* :func:`arrival_rate` (:func:`recent_rate`: shortened on a burst), :func:`in_flight` and
+  :func:`acceptance` — sliding-window estimators over the counters a vLLM server exports
+  (requests received, speculative cycles and accepted draft tokens: ``vllm:spec_decode_num_drafts``,
   ``vllm:spec_decode_num_accepted_tokens``), as :class:`Sample` records.
 * :func:`choose` — one decision: the k the table prefers at the estimated (alpha, load),
   with hysteresis (switch only when the current k's expected latency is at least ``margin``
-  above the best's, or it saturates) and a minimum dwell time.
+  above the best's) and a minimum dwell time, waived where the current k runs near its wall
+  (:meth:`KTable.utilisation`).
 * :class:`KController` — the same as an object with state: ``decide(now, window) -> k``.
 
 Everything here is a pure function of the table and the observations: no clock, no I/O.
@@ -48,6 +49,7 @@ __all__ = [
     "choose",
     "in_flight",
     "k_table",
+    "recent_rate",
 ]
 
 #: Default acceptance grid of a table: the range drafters reach on real prompt mixes.
@@ -107,6 +109,15 @@ class KTable:
         for (i, u), (j, v) in ((x, y) for x in wa for y in wr):
             out = out + u * v * np.log(self.expected[i, j])
         return np.exp(out)
+
+    def utilisation(self, alpha: float, load: float) -> np.ndarray:
+        r"""Each k's utilisation at ``(alpha, load)`` under the law
+        :math:`L = C_1/(1 - \rho)`: :math:`\rho = 1 - L(\text{lowest load})/L(\text{load})`
+        from the expected latencies (1 where a k saturates; exact for a grid from 0 req/s
+        on an open-loop table)."""
+        lat, idle = self.latencies(alpha, load), self.latencies(alpha, float(self.loads[0]))
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isfinite(lat), 1.0 - idle / lat, 1.0)
 
     def best(self, alpha: float, load: float) -> int:
         """The k of lowest expected latency at ``(alpha, load)`` (-1: every k saturates)."""
@@ -241,6 +252,29 @@ def arrival_rate(window: Sequence[Sample], now: float, seconds: float = 30.0) ->
     return max(s[-1].requests - s[0].requests, 0.0) / (s[-1].t - s[0].t)
 
 
+def recent_rate(
+    window: Sequence[Sample],
+    now: float,
+    seconds: float = 30.0,
+    short: float = 10.0,
+    z: float = 4.0,
+) -> float | None:
+    """Requests per second over the last ``seconds``, or over the last ``short`` seconds
+    where their count departs from the long window's rate by more than ``z`` Poisson
+    standard deviations (a burst, or its end: the rate changed inside the window, and the
+    long average would lag it by up to ``seconds``)."""
+    long = arrival_rate(window, now, seconds)
+    s = _span(window, now, short)
+    if long is None or len(s) < 2 or s[-1].t <= s[0].t:
+        return long
+    span = s[-1].t - s[0].t
+    count = max(s[-1].requests - s[0].requests, 0.0)
+    expected = long * span
+    if abs(count - expected) > z * np.sqrt(max(expected, 1.0)):
+        return count / span
+    return long
+
+
 def in_flight(window: Sequence[Sample], now: float, seconds: float = 30.0) -> float | None:
     """Mean requests in flight over the last ``seconds`` (closed loop's load; None if no
     sample in the span reports it)."""
@@ -278,35 +312,51 @@ def acceptance(
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    """Settings of :func:`choose` (ASSUMPTIONS of the reading note's checklist).
+    r"""Settings of :func:`choose` (ASSUMPTIONS of the reading note's checklist).
 
     Attributes
     ----------
     window_s : float
         Sliding window of the request-rate and in-flight estimators (s): 30 s holds ~300
         arrivals at 10 req/s (a 6 % Poisson error).
+    short_window_s : float
+        The request rate's short window (:func:`recent_rate`): where its count departs from
+        the long window's rate by more than 4 Poisson standard deviations (a burst or its
+        end), the rate is read from it.
     alpha_window_s : float
         Sliding window of the acceptance estimator (s): a loaded server runs hundreds of
-        speculative cycles a second, so 10 s pins alpha to ~0.01 and a change of prompt mix
-        shows within it.
+        speculative cycles a second, so 5 s pins alpha to ~0.01 and a change of prompt mix
+        shows within one scrape or two.
     min_dwell_s : float
         Least time between two switches (s): a switch changes vLLM's KV budget and kernels.
     margin : float
         Relative expected-latency gain a switch must promise (hysteresis).
     min_drafts : float
         Cycles needed in the window before its acceptance replaces the previous estimate.
+    max_utilisation : float
+        The dwell is waived where the current k runs above this utilisation at the
+        estimated load: :math:`\rho = 1 - L(0)/L(\lambda)` under the law
+        :math:`L = C_1/(1 - \lambda C_2)` (:meth:`KTable.utilisation`). A queue's tail grows as
+        :math:`1/(1-\rho)` and faster than its mean, so a k that far up its wall is left at
+        once; leaving it is not an oscillation, and returning still waits the dwell.
     """
 
     window_s: float = 30.0
-    alpha_window_s: float = 10.0
+    short_window_s: float = 10.0
+    alpha_window_s: float = 5.0
     min_dwell_s: float = 60.0
     margin: float = 0.03
     min_drafts: float = 100.0
+    max_utilisation: float = 0.75
 
     def __post_init__(self) -> None:
-        for name in ("window_s", "alpha_window_s", "min_dwell_s", "margin", "min_drafts"):
+        names = ("window_s", "short_window_s", "alpha_window_s", "min_dwell_s", "margin",
+                 "min_drafts")  # fmt: skip
+        for name in names:
             if not getattr(self, name) >= 0:
                 raise ValueError(f"ControllerConfig.{name} must be >= 0")
+        if not 0 < self.max_utilisation <= 1:
+            raise ValueError("ControllerConfig.max_utilisation must be in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -339,16 +389,18 @@ def choose(
 ) -> Decision:
     """One decision: keep ``k`` (run since ``since``) or switch to the table's best.
 
-    The load is the window's arrival rate (open-loop table) or mean requests in flight
+    The load is the window's arrival rate (open-loop table; over ``short_window_s`` where the
+    rate changed inside the window, :func:`recent_rate`) or mean requests in flight
     (closed-loop table) over ``window_s``; the acceptance is the estimate over
     ``alpha_window_s``, else ``alpha`` (the last one). A switch needs an expected latency at
     ``k`` above ``(1 + margin)`` times the best's and ``min_dwell_s`` since the last switch —
-    waived where ``k`` saturates in some posterior draw at this load.
+    waived where ``k`` runs above ``max_utilisation`` at this load (or saturates in some
+    posterior draw).
     """
     estimate = acceptance(window, now, config.alpha_window_s, config.min_drafts)
     alpha = alpha if estimate is None else estimate
     if table.load == "rps":
-        load = arrival_rate(window, now, config.window_s)
+        load = recent_rate(window, now, config.window_s, config.short_window_s)
     else:
         load = in_flight(window, now, config.window_s)
     keep = dict(k=k, switched=False, since=since, alpha=alpha, load=load)
@@ -360,10 +412,12 @@ def choose(
     if best < 0 or best == k:
         return Decision(**keep, best=best, reason="k is the best here" if best == k else
                         "every k saturates here: keep k")  # fmt: skip
-    current = lat[list(table.ks).index(k)] if k in table.ks else np.inf
-    # the dwell holds unless k saturates in some posterior draw here: then its queue grows
-    # for as long as it stays, and leaving is not an oscillation
-    if now - since < config.min_dwell_s and np.isfinite(current):
+    i = list(table.ks).index(k) if k in table.ks else None
+    current = np.inf if i is None else lat[i]
+    rho = 1.0 if i is None else float(table.utilisation(alpha, load)[i])
+    # the dwell holds unless k runs near its wall here: its queue (and more so its tail)
+    # grows for as long as it stays, and leaving is not an oscillation
+    if now - since < config.min_dwell_s and rho <= config.max_utilisation:
         return Decision(
             **keep, best=best, reason=f"dwell: {now - since:.0f} s since the last switch"
         )

@@ -3,6 +3,8 @@ hysteresis and dwell, the CLI export."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -126,7 +128,7 @@ def test_cli_exports_a_table_the_controller_reads(tmp_path, capsys):
     assert "CSV" in capsys.readouterr().err
 
 
-def test_a_saturating_k_leaves_inside_the_dwell():
+def test_a_k_near_its_wall_leaves_inside_the_dwell():
     t = _table()
     expected = t.expected.copy()
     expected[:, 2, 2] = np.inf  # k = 4 saturates in some draws at 20 req/s
@@ -134,6 +136,34 @@ def test_a_saturating_k_leaves_inside_the_dwell():
     w = _stream(rate=20.0, alpha=0.7, k=4)
     d = control.choose(t, 4, 110.0, 0.7, 120.0, w, ControllerConfig(min_dwell_s=60.0))
     assert d.switched and d.k == 0
-    # a finite k stays for the dwell
+    # at 20 req/s k = 4 is finite but at utilisation 1 - 1.6/9.0 = 0.82: it leaves at once
+    d = control.choose(_table(), 4, 110.0, 0.7, 120.0, w, ControllerConfig(min_dwell_s=60.0))
+    assert d.switched and d.k == 0
+    np.testing.assert_allclose(
+        _table().utilisation(0.7, 20.0), 1.0 - np.array([3, 2, 1.6]) / [6, 7, 9]
+    )
+    # at 10 req/s it runs at 0.5: it stays for the dwell though k = 2 is 6.7 % faster ...
+    w = _stream(rate=10.0, alpha=0.7, k=4)
     d = control.choose(_table(), 4, 110.0, 0.7, 120.0, w, ControllerConfig(min_dwell_s=60.0))
     assert not d.switched and "dwell" in d.reason
+    # ... unless the bar is lower
+    cfg = ControllerConfig(min_dwell_s=60.0, max_utilisation=0.4)
+    assert control.choose(_table(), 4, 110.0, 0.7, 120.0, w, cfg).k == 2
+
+
+def test_recent_rate_follows_a_burst_and_ignores_poisson_noise():
+    calm = _stream(rate=7.0, alpha=0.7, k=2, seconds=100.0)
+    burst = _stream(rate=21.0, alpha=0.7, k=2, start=105.0, seconds=10.0,
+                    requests=calm[-1].requests + 35.0)  # fmt: skip
+    w = calm + burst
+    # 10 s into a 3x burst the 30 s window reads 7 + 14 * 10/30 ~ 11.7 req/s; the last 10 s
+    # hold 210 arrivals against 117 expected (8.6 sd): the short window's 21 req/s is read
+    assert control.arrival_rate(w, 115.0, 30.0) == pytest.approx(350.0 / 30.0)
+    assert control.recent_rate(w, 115.0, 30.0, short=10.0) == pytest.approx(21.0)
+    # a steady stream whose last 10 s count 2 Poisson sd above its rate keeps the long window
+    wobble = [*calm[:-1], replace(calm[-1], requests=calm[-1].requests + 2.0 * np.sqrt(70.0))]
+    assert control.recent_rate(wobble, 100.0) == control.arrival_rate(wobble, 100.0, 30.0)
+    # and the end of a burst is read as soon as it shows
+    after = _stream(rate=1.0, alpha=0.7, k=2, start=120.0, seconds=10.0,
+                    requests=burst[-1].requests)  # fmt: skip
+    assert control.recent_rate(w + after, 130.0) == pytest.approx(1.0)
