@@ -18,8 +18,8 @@ changes the KV budget and the kernels):
   ``vllm:spec_decode_num_accepted_tokens``), as :class:`Sample` records.
 * :func:`choose` — one decision: the k the table prefers at the estimated (alpha, load),
   with hysteresis (switch only when the current k's expected latency is at least ``margin``
-  above the best's) and a minimum dwell time, waived where the current k runs near its wall
-  (:meth:`KTable.utilisation`).
+  above the best's) and a minimum dwell time before a switch that raises the server's
+  utilisation (:meth:`KTable.utilisation`; one that relieves it is made at once).
 * :class:`KController` — the same as an object with state: ``decide(now, window) -> k``.
 
 Everything here is a pure function of the table and the observations: no clock, no I/O.
@@ -328,17 +328,18 @@ class ControllerConfig:
         speculative cycles a second, so 5 s pins alpha to ~0.01 and a change of prompt mix
         shows within one scrape or two.
     min_dwell_s : float
-        Least time between two switches (s): a switch changes vLLM's KV budget and kernels.
+        Least time after a switch before a switch to a k that runs at a *higher*
+        utilisation at the estimated load (s): a switch changes vLLM's KV budget and kernels.
+        A switch that relieves the server — to a k of lower utilisation
+        :math:`\rho = 1 - L(0)/L(\lambda)` under the law :math:`L = C_1/(1 - \lambda C_2)`
+        (:meth:`KTable.utilisation`) — is made at once: a queue's tail grows as
+        :math:`1/(1 - \rho)`, faster than its mean, while the server waits. As a congestion
+        controller cuts at once and grows slowly, this bounds oscillation (one raise per
+        dwell) without holding a k the load has outgrown.
     margin : float
         Relative expected-latency gain a switch must promise (hysteresis).
     min_drafts : float
         Cycles needed in the window before its acceptance replaces the previous estimate.
-    max_utilisation : float
-        The dwell is waived where the current k runs above this utilisation at the
-        estimated load: :math:`\rho = 1 - L(0)/L(\lambda)` under the law
-        :math:`L = C_1/(1 - \lambda C_2)` (:meth:`KTable.utilisation`). A queue's tail grows as
-        :math:`1/(1-\rho)` and faster than its mean, so a k that far up its wall is left at
-        once; leaving it is not an oscillation, and returning still waits the dwell.
     """
 
     window_s: float = 30.0
@@ -347,7 +348,6 @@ class ControllerConfig:
     min_dwell_s: float = 60.0
     margin: float = 0.03
     min_drafts: float = 100.0
-    max_utilisation: float = 0.75
 
     def __post_init__(self) -> None:
         names = ("window_s", "short_window_s", "alpha_window_s", "min_dwell_s", "margin",
@@ -355,8 +355,6 @@ class ControllerConfig:
         for name in names:
             if not getattr(self, name) >= 0:
                 raise ValueError(f"ControllerConfig.{name} must be >= 0")
-        if not 0 < self.max_utilisation <= 1:
-            raise ValueError("ControllerConfig.max_utilisation must be in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -393,9 +391,8 @@ def choose(
     rate changed inside the window, :func:`recent_rate`) or mean requests in flight
     (closed-loop table) over ``window_s``; the acceptance is the estimate over
     ``alpha_window_s``, else ``alpha`` (the last one). A switch needs an expected latency at
-    ``k`` above ``(1 + margin)`` times the best's and ``min_dwell_s`` since the last switch —
-    waived where ``k`` runs above ``max_utilisation`` at this load (or saturates in some
-    posterior draw).
+    ``k`` above ``(1 + margin)`` times the best's and, where the best runs at a higher
+    utilisation than ``k`` at this load, ``min_dwell_s`` since the last switch.
     """
     estimate = acceptance(window, now, config.alpha_window_s, config.min_drafts)
     alpha = alpha if estimate is None else estimate
@@ -414,10 +411,11 @@ def choose(
                         "every k saturates here: keep k")  # fmt: skip
     i = list(table.ks).index(k) if k in table.ks else None
     current = np.inf if i is None else lat[i]
-    rho = 1.0 if i is None else float(table.utilisation(alpha, load)[i])
-    # the dwell holds unless k runs near its wall here: its queue (and more so its tail)
-    # grows for as long as it stays, and leaving is not an oscillation
-    if now - since < config.min_dwell_s and rho <= config.max_utilisation:
+    util = table.utilisation(alpha, load)
+    rho = 1.0 if i is None else float(util[i])  # a k the table lacks: leave it
+    # the dwell holds a raise of the utilisation only: a switch that relieves the server is
+    # made at once (the current k's queue, and more so its tail, grows while it waits)
+    if now - since < config.min_dwell_s and util[list(table.ks).index(best)] >= rho:
         return Decision(
             **keep, best=best, reason=f"dwell: {now - since:.0f} s since the last switch"
         )

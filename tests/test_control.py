@@ -128,27 +128,52 @@ def test_cli_exports_a_table_the_controller_reads(tmp_path, capsys):
     assert "CSV" in capsys.readouterr().err
 
 
-def test_a_k_near_its_wall_leaves_inside_the_dwell():
+def test_a_switch_that_relieves_the_server_is_made_inside_the_dwell():
     t = _table()
-    expected = t.expected.copy()
-    expected[:, 2, 2] = np.inf  # k = 4 saturates in some draws at 20 req/s
-    t = KTable(t.alphas, t.loads, t.ks, expected, t.k_bayes, t.regret, t.p_best, arm="a")
+    np.testing.assert_allclose(t.utilisation(0.7, 20.0), 1.0 - np.array([3, 2, 1.6]) / [6, 7, 9])
+    cfg = ControllerConfig(min_dwell_s=60.0)
+    # at 20 req/s k = 4 runs at utilisation 1 - 1.6/9.0 = 0.82, k = 0 (the best) at 0.5:
+    # leaving is made 10 s after the last switch
     w = _stream(rate=20.0, alpha=0.7, k=4)
-    d = control.choose(t, 4, 110.0, 0.7, 120.0, w, ControllerConfig(min_dwell_s=60.0))
+    d = control.choose(t, 4, 110.0, 0.7, 120.0, w, cfg)
     assert d.switched and d.k == 0
-    # at 20 req/s k = 4 is finite but at utilisation 1 - 1.6/9.0 = 0.82: it leaves at once
-    d = control.choose(_table(), 4, 110.0, 0.7, 120.0, w, ControllerConfig(min_dwell_s=60.0))
-    assert d.switched and d.k == 0
-    np.testing.assert_allclose(
-        _table().utilisation(0.7, 20.0), 1.0 - np.array([3, 2, 1.6]) / [6, 7, 9]
-    )
-    # at 10 req/s it runs at 0.5: it stays for the dwell though k = 2 is 6.7 % faster ...
+    # so is leaving a k that saturates in some draws (utilisation 1)
+    expected = t.expected.copy()
+    expected[:, 2, 2] = np.inf
+    sat = KTable(t.alphas, t.loads, t.ks, expected, t.k_bayes, t.regret, t.p_best, arm="a")
+    assert sat.utilisation(0.7, 20.0)[2] == 1.0
+    assert control.choose(sat, 4, 110.0, 0.7, 120.0, w, cfg).k == 0
+    # at 10 req/s k = 2 (3.0 s, utilisation 0.33) relieves k = 4 (3.2 s, 0.5): switched
     w = _stream(rate=10.0, alpha=0.7, k=4)
-    d = control.choose(_table(), 4, 110.0, 0.7, 120.0, w, ControllerConfig(min_dwell_s=60.0))
-    assert not d.switched and "dwell" in d.reason
-    # ... unless the bar is lower
-    cfg = ControllerConfig(min_dwell_s=60.0, max_utilisation=0.4)
-    assert control.choose(_table(), 4, 110.0, 0.7, 120.0, w, cfg).k == 2
+    assert control.choose(t, 4, 110.0, 0.7, 120.0, w, cfg).k == 2
+    # the other way, a raise: at 10 req/s from k = 0 (4.0 s, 0.25) to k = 2 waits the dwell
+    d = control.choose(t, 0, 110.0, 0.7, 120.0, w, cfg)
+    assert not d.switched and d.k == 0 and "dwell" in d.reason
+    assert control.choose(t, 0, 50.0, 0.7, 120.0, w, cfg).k == 2
+
+
+def test_a_flapping_load_raises_k_at_most_once_per_dwell():
+    cfg = ControllerConfig(window_s=30.0, short_window_s=10.0, min_dwell_s=60.0)
+    table = _table()
+    ctl = KController(table, k=4, alpha=0.7, config=cfg)
+    per_cycle = laws.expected_tokens(0.7, 2) - 1.0
+    window, requests = [], 0.0
+    for t in np.arange(0.0, 900.0, 5.0):  # 1 and 20 req/s in turn, 30 s each
+        window.append(Sample(t=float(t), requests=requests, drafts=200.0 * t,
+                             accepted=200.0 * t * per_cycle, k=2))  # fmt: skip
+        requests += 5.0 * (20.0 if (t // 30) % 2 else 1.0)
+        if t >= 10.0:
+            ctl.decide(float(t), window[-13:])
+    switches = [d for d in ctl.history if d.switched]
+    assert len(switches) >= 4  # it follows the load ...
+    last = 0.0
+    for d in switches:
+        old = ctl.history[ctl.history.index(d) - 1].k
+        util = table.utilisation(d.alpha, d.load)
+        ks = list(table.ks)
+        if util[ks.index(d.k)] >= util[ks.index(old)]:  # ... but raises wait the dwell
+            assert d.since - last >= cfg.min_dwell_s
+        last = d.since
 
 
 def test_recent_rate_follows_a_burst_and_ignores_poisson_noise():
