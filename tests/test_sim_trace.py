@@ -18,15 +18,11 @@ KW = dict(verifier="Qwen3-8B", hardware="H100-SXM", drafter="EAGLE3-Qwen3-8B", p
 def _run(k, alpha, schedule=None, n=400, rate=4.0, seed=3):
     cfg = make_config(KW["verifier"], hardware=KW["hardware"], drafter=KW["drafter"],
                       prefill=KW["prefill"], decode=KW["decode"], alpha=0.5, k=1)  # fmt: skip
-    e = cfg.engine
     arr = np.arange(n) / rate
     out = eng.run_engine(
-        arr, np.full(n, KW["prefill"]), np.full(n, KW["decode"]), closed_n=0, vcost=cfg.vcost,
-        dcost=cfg.dcost, speculate=True, k=k, alpha=alpha, max_seqs=e.max_num_seqs,
-        budget=e.max_num_batched_tokens, block_size=e.block_size, n_blocks=cfg.n_blocks,
-        moe_table=cfg.moe_table, moe_full=cfg.moe_full, window=None, n_warm=0, n_end=n,
-        seed=seed, capture=e.capture_limit(k), spec_step_s=e.spec_step_overhead_s,
-        schedule=schedule,
+        arr, np.full(n, KW["prefill"]), np.full(n, KW["decode"]), closed_n=0, speculate=True,
+        k=k, alpha=alpha, window=None, n_warm=0, n_end=n, seed=seed, schedule=schedule,
+        **cfg.engine_kwargs(k),
     )  # fmt: skip
     return out[2], schedule
 

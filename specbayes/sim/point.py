@@ -71,6 +71,20 @@ class SimConfig:
     parallel_draft: bool = False
     draft_graph: bool = True
 
+    def engine_kwargs(self, k: int) -> dict:
+        """The arguments of :func:`specbayes.sim.engine.run_engine` this configuration fixes
+        — pass costs, scheduler limits, KV blocks, drafting mode, the step overheads and the
+        CUDA-graph capture for draft length ``k`` — one list for every caller."""
+        e = self.engine
+        return dict(
+            vcost=self.vcost, dcost=self.dcost, max_seqs=e.max_num_seqs,
+            budget=e.max_num_batched_tokens, block_size=e.block_size, n_blocks=self.n_blocks,
+            moe_table=self.moe_table, moe_full=self.moe_full,
+            parallel_draft=self.parallel_draft, draft_graph=self.draft_graph,
+            capture=e.capture_limit(k), spec_step_s=e.spec_step_overhead_s,
+            spec_seq_s=e.spec_seq_overhead_s,
+        )  # fmt: skip
+
     @property
     def key(self) -> str:
         a = f"{self.alpha:.4f}" if self.k > 0 else "-"
@@ -343,32 +357,19 @@ def run_point(
     by_completion = window is None
     prompt = np.full(n, cfg.prefill, dtype=np.int64)
     output = np.full(n, cfg.decode, dtype=np.int64)
-    e = cfg.engine
     arrival, first, finish, stats, emissions = eng.run_engine(
         arrival,
         prompt,
         output,
         closed_n=closed_n if not by_completion or strategy != "throughput" else 0,
-        vcost=cfg.vcost,
-        dcost=cfg.dcost,
         speculate=cfg.k > 0,
         k=cfg.k,
         alpha=cfg.alpha if cfg.k > 0 else 0.0,
-        max_seqs=e.max_num_seqs,
-        budget=e.max_num_batched_tokens,
-        block_size=e.block_size,
-        n_blocks=cfg.n_blocks,
-        moe_table=cfg.moe_table,
-        moe_full=cfg.moe_full,
         window=window,
         n_warm=n_warm,
         n_end=n_end,
         seed=s,
-        parallel_draft=cfg.parallel_draft,
-        draft_graph=cfg.draft_graph,
-        capture=e.capture_limit(cfg.k),
-        spec_step_s=e.spec_step_overhead_s,
-        spec_seq_s=e.spec_seq_overhead_s,
+        **cfg.engine_kwargs(cfg.k),
     )
     if by_completion and strategy == "throughput":
         # window from completion order, computed here (the kernel sets it for closed loops)
@@ -413,8 +414,8 @@ def run_point(
         q = max(2, lw.size // 4)
         if lw.size >= 8 and lw[-q:].mean() > 1.5 * lw[:q].mean():
             reasons.append("latency still growing across the window (queue unstable)")
-        if mean_batch >= 0.9 * e.max_num_seqs:
-            reasons.append(f"running batch within 10% of max_num_seqs ({e.max_num_seqs})")
+        if mean_batch >= 0.9 * cfg.engine.max_num_seqs:
+            reasons.append(f"running batch within 10% of max_num_seqs ({cfg.engine.max_num_seqs})")
         elif in_system - mean_batch > 1.0 + 0.1 * mean_batch:
             reasons.append(
                 f"{in_system - mean_batch:.1f} requests waiting for admission on average"

@@ -201,16 +201,10 @@ def run_trace(
         sch = eng.Schedule(np.array(k_times), np.array(k_values, dtype=np.int64),
                            tr.alpha_times, tr.alphas, switch_s=switch_s,
                            capture_of=cfg.engine.capture_limit, goodput=chooser)  # fmt: skip
-        e = cfg.engine
         a, _, fin, *_ = eng.run_engine(
             arr, np.full(arr.size, prefill), np.full(arr.size, decode), closed_n=0,
-            vcost=cfg.vcost, dcost=cfg.dcost, speculate=True, k=k_values[0],
-            alpha=float(tr.alphas[0]), max_seqs=e.max_num_seqs, budget=e.max_num_batched_tokens,
-            block_size=e.block_size, n_blocks=cfg.n_blocks, moe_table=cfg.moe_table,
-            moe_full=cfg.moe_full, window=None, n_warm=0, n_end=arr.size, seed=seed,
-            parallel_draft=cfg.parallel_draft, draft_graph=cfg.draft_graph,
-            capture=e.capture_limit(k_values[0]), spec_step_s=e.spec_step_overhead_s,
-            spec_seq_s=e.spec_seq_overhead_s, schedule=sch,
+            speculate=True, k=k_values[0], alpha=float(tr.alphas[0]), window=None, n_warm=0,
+            n_end=arr.size, seed=seed, schedule=sch, **cfg.engine_kwargs(k_values[0]),
         )  # fmt: skip
         return a, fin, sch.log
 
