@@ -14,8 +14,9 @@ changes the KV budget and the kernels):
   so a serving stack needs the CSV and this module, not the fit.
 * :func:`arrival_rate` (:func:`recent_rate`: shortened on a burst), :func:`in_flight` and
   :func:`acceptance` — sliding-window estimators over the counters a vLLM server exports
-  (requests received, speculative cycles and accepted draft tokens: ``vllm:spec_decode_num_drafts``,
-  ``vllm:spec_decode_num_accepted_tokens``), as :class:`Sample` records.
+  (requests received, speculative cycles and accepted draft tokens:
+  ``vllm:spec_decode_num_drafts``, ``vllm:spec_decode_num_accepted_tokens``), as
+  :class:`Sample` records.
 * :func:`choose` — one decision: the k the table prefers at the estimated (alpha, load),
   with hysteresis (switch only when the current k's expected latency is at least ``margin``
   above the best's) and a minimum dwell time before a switch that raises the server's
