@@ -164,13 +164,12 @@ def test_a_flapping_load_raises_k_at_most_once_per_dwell():
         requests += 5.0 * (20.0 if (t // 30) % 2 else 1.0)
         if t >= 10.0:
             ctl.decide(float(t), window[-13:])
-    switches = [d for d in ctl.history if d.switched]
+    before = [4] + [d.k for d in ctl.history[:-1]]  # the k each decision started from
+    switches = [(k, d) for k, d in zip(before, ctl.history, strict=True) if d.switched]
     assert len(switches) >= 4  # it follows the load ...
-    last = 0.0
-    for d in switches:
-        old = ctl.history[ctl.history.index(d) - 1].k
+    last, ks = 0.0, list(table.ks)
+    for old, d in switches:
         util = table.utilisation(d.alpha, d.load)
-        ks = list(table.ks)
         if util[ks.index(d.k)] >= util[ks.index(old)]:  # ... but raises wait the dwell
             assert d.since - last >= cfg.min_dwell_s
         last = d.since
