@@ -207,7 +207,7 @@ def k_table(
         row[f"p_best_k{int(row['k_bayes'])}"] if row["k_bayes"] >= 0 else 0.0
         for _, row in table.iterrows()
     ]
-    return KTable.from_frame(table, arm=arm.label())
+    return KTable.from_frame(table, arm=f"{arm.verifier} + {arm.drafter} on {arm.hardware}")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ def run_table(args: argparse.Namespace) -> int:
         loads["rps"] = sorted(set(loads["rps"]))
     alphas = args.alphas or control.DEFAULT_ALPHAS
     (grid,) = loads.values()
-    print(f"k-table for {arm.label()} on {arm.hardware}, workload {arm.cell}: "
+    # the table spans its own alphas and k: the arm names the configuration, not one (alpha, k)
+    print(f"k-table for {arm.verifier} + {arm.drafter} on {arm.hardware}, workload {arm.cell}: "
           f"{len(alphas)} alphas x {len(grid)} loads x {len(args.ks)} k")  # fmt: skip
     table = control.k_table(fit, arm, alphas=alphas, ks=args.ks, **loads)
     frame = table.to_frame()
