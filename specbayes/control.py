@@ -244,13 +244,20 @@ def _span(window: Sequence[Sample], now: float, seconds: float) -> list[Sample]:
     return sorted((s for s in window if now - seconds <= s.t <= now), key=lambda s: s.t)
 
 
-def arrival_rate(window: Sequence[Sample], now: float, seconds: float = 30.0) -> float | None:
-    """Requests per second over the last ``seconds``: the counter's increase over the time
-    between the first and the last sample in that span (None with fewer than two)."""
+def _count(window: Sequence[Sample], now: float, seconds: float) -> tuple[float, float] | None:
+    """Requests received over the last ``seconds`` and the time they span: the counter's
+    increase between the first and the last sample in that span (None with fewer than two)."""
     s = _span(window, now, seconds)
     if len(s) < 2 or s[-1].t <= s[0].t:
         return None
-    return max(s[-1].requests - s[0].requests, 0.0) / (s[-1].t - s[0].t)
+    return max(s[-1].requests - s[0].requests, 0.0), s[-1].t - s[0].t
+
+
+def arrival_rate(window: Sequence[Sample], now: float, seconds: float = 30.0) -> float | None:
+    """Requests per second over the last ``seconds``: the counter's increase over the time
+    between the first and the last sample in that span (None with fewer than two)."""
+    counted = _count(window, now, seconds)
+    return None if counted is None else counted[0] / counted[1]
 
 
 def recent_rate(
@@ -264,16 +271,12 @@ def recent_rate(
     where their count departs from the long window's rate by more than ``z`` Poisson
     standard deviations (a burst, or its end: the rate changed inside the window, and the
     long average would lag it by up to ``seconds``)."""
-    long = arrival_rate(window, now, seconds)
-    s = _span(window, now, short)
-    if long is None or len(s) < 2 or s[-1].t <= s[0].t:
+    long, recent = arrival_rate(window, now, seconds), _count(window, now, short)
+    if long is None or recent is None:
         return long
-    span = s[-1].t - s[0].t
-    count = max(s[-1].requests - s[0].requests, 0.0)
+    count, span = recent
     expected = long * span
-    if abs(count - expected) > z * np.sqrt(max(expected, 1.0)):
-        return count / span
-    return long
+    return count / span if abs(count - expected) > z * np.sqrt(max(expected, 1.0)) else long
 
 
 def in_flight(window: Sequence[Sample], now: float, seconds: float = 30.0) -> float | None:
@@ -405,7 +408,8 @@ def choose(
     if load is None:
         return Decision(**keep, best=k, reason="no load estimate yet: keep k")
     lat = table.latencies(alpha, load)
-    best = int(table.ks[int(np.argmin(lat))]) if np.isfinite(lat).any() else -1
+    j = int(np.argmin(lat))  # the best's index
+    best = int(table.ks[j]) if np.isfinite(lat).any() else -1
     keep["latencies"] = lat
     if best < 0 or best == k:
         return Decision(**keep, best=best, reason="k is the best here" if best == k else
@@ -416,11 +420,11 @@ def choose(
     rho = 1.0 if i is None else float(util[i])  # a k the table lacks: leave it
     # the dwell holds a raise of the utilisation only: a switch that relieves the server is
     # made at once (the current k's queue, and more so its tail, grows while it waits)
-    if now - since < config.min_dwell_s and util[list(table.ks).index(best)] >= rho:
+    if now - since < config.min_dwell_s and util[j] >= rho:
         return Decision(
             **keep, best=best, reason=f"dwell: {now - since:.0f} s since the last switch"
         )
-    gain = current / lat[list(table.ks).index(best)] - 1.0
+    gain = current / lat[j] - 1.0
     if gain <= config.margin:
         return Decision(**keep, best=best, reason=f"gain {gain:.1%} within the margin")
     return Decision(**{**keep, "k": best, "switched": True, "since": now}, best=best,
