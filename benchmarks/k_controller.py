@@ -8,9 +8,10 @@ Usage::
 The fit is the demo's (``specbayes fit data/demo.parquet --model sd``: Llama-3.1-8B on one
 H100, EAGLE-3 head); its k-table (:func:`specbayes.control.k_table`, alphas 0.30-0.95 x
 0-40 req/s) drives a :class:`specbayes.control.KController` (its default
-:class:`~specbayes.control.ControllerConfig`: request rate over 30 s, or 10 s after a change;
-acceptance over 5 s; 60 s dwell before a switch that raises the utilisation; 3 % margin) on the
-256 x 256 workload of the simulator that made the demo. Each trace
+:class:`~specbayes.control.ControllerConfig`: request rate over 30 s, or since a change of it;
+acceptance over 5 s; 60 s dwell before a switch that raises the utilisation; 3 % margin,
+near-ties to the lower utilisation) on the 256 x 256 workload of the simulator that made the
+demo. Each trace
 (:func:`specbayes.sim.trace.trace`, 900 s around 7 req/s, acceptance 0.75 falling to 0.5
 half-way: a prompt-mix change) is served by
 

@@ -261,22 +261,32 @@ def arrival_rate(window: Sequence[Sample], now: float, seconds: float = 30.0) ->
 
 
 def recent_rate(
-    window: Sequence[Sample],
-    now: float,
-    seconds: float = 30.0,
-    short: float = 10.0,
-    z: float = 4.0,
+    window: Sequence[Sample], now: float, seconds: float = 30.0, z: float = 4.0
 ) -> float | None:
-    """Requests per second over the last ``seconds``, or over the last ``short`` seconds
-    where their count departs from the long window's rate by more than ``z`` Poisson
-    standard deviations (a burst, or its end: the rate changed inside the window, and the
-    long average would lag it by up to ``seconds``)."""
-    long, recent = arrival_rate(window, now, seconds), _count(window, now, short)
-    if long is None or recent is None:
-        return long
-    count, span = recent
-    expected = long * span
-    return count / span if abs(count - expected) > z * np.sqrt(max(expected, 1.0)) else long
+    r"""Requests per second since the rate last changed inside the last ``seconds``.
+
+    A change point: the scrape that splits the window's arrivals into two Poisson rates
+    most unlike each other, by the likelihood-ratio statistic
+    :math:`G = 2\,[n_1\log\frac{n_1}{\hat\lambda T_1} + n_2\log\frac{n_2}{\hat\lambda T_2}]`
+    (:math:`\hat\lambda` the window's rate). Where :math:`G > z^2` (for one split, about
+    ``z`` standard deviations), the rate after that scrape is read — a burst, or its end,
+    from its first scrape on, where the window's average would lag it by up to ``seconds``;
+    else the window's rate."""
+    s = _span(window, now, seconds)
+    if len(s) < 2 or s[-1].t <= s[0].t:
+        return None
+    t = np.array([x.t for x in s])
+    n = np.maximum.accumulate(np.array([x.requests for x in s]) - s[0].requests)
+    rate = n[-1] / (t[-1] - t[0])
+    if len(s) < 3 or n[-1] <= 0:
+        return rate
+    n1, t1 = n[1:-1], t[1:-1] - t[0]  # before each interior scrape, and after it
+    n2, t2 = n[-1] - n1, t[-1] - t[1:-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = 2.0 * (np.nan_to_num(n1 * np.log(n1 / (rate * t1)))
+                   + np.nan_to_num(n2 * np.log(n2 / (rate * t2))))  # fmt: skip
+    j = int(np.argmax(g))
+    return float(n2[j] / t2[j]) if g[j] > z * z else rate
 
 
 def in_flight(window: Sequence[Sample], now: float, seconds: float = 30.0) -> float | None:
@@ -323,10 +333,9 @@ class ControllerConfig:
     window_s : float
         Sliding window of the request-rate and in-flight estimators (s): 30 s holds ~300
         arrivals at 10 req/s (a 6 % Poisson error).
-    short_window_s : float
-        The request rate's short window (:func:`recent_rate`): where its count departs from
-        the long window's rate by more than 4 Poisson standard deviations (a burst or its
-        end), the rate is read from it.
+    change_z : float
+        Evidence for a change of the request rate inside the window (:func:`recent_rate`,
+        about standard deviations): past it the rate since the change is read.
     alpha_window_s : float
         Sliding window of the acceptance estimator (s): a loaded server runs hundreds of
         speculative cycles a second, so 5 s pins alpha to ~0.01 and a change of prompt mix
@@ -341,20 +350,23 @@ class ControllerConfig:
         controller cuts at once and grows slowly, this bounds oscillation (one raise per
         dwell) without holding a k the load has outgrown.
     margin : float
-        Relative expected-latency gain a switch must promise (hysteresis).
+        Relative expected-latency gain over the current k the fastest k must promise for a
+        switch (hysteresis). The k's within it of the fastest are near-ties, and the switch
+        is to the one of lowest utilisation among them (a burst's queue, and its tail, grow
+        as :math:`1/(1 - \rho)` while the law's mean is the steady state's).
     min_drafts : float
         Cycles needed in the window before its acceptance replaces the previous estimate.
     """
 
     window_s: float = 30.0
-    short_window_s: float = 10.0
+    change_z: float = 4.0
     alpha_window_s: float = 5.0
     min_dwell_s: float = 60.0
     margin: float = 0.03
     min_drafts: float = 100.0
 
     def __post_init__(self) -> None:
-        names = ("window_s", "short_window_s", "alpha_window_s", "min_dwell_s", "margin",
+        names = ("window_s", "change_z", "alpha_window_s", "min_dwell_s", "margin",
                  "min_drafts")  # fmt: skip
         for name in names:
             if not getattr(self, name) >= 0:
@@ -391,32 +403,38 @@ def choose(
 ) -> Decision:
     """One decision: keep ``k`` (run since ``since``) or switch to the table's best.
 
-    The load is the window's arrival rate (open-loop table; over ``short_window_s`` where the
+    The load is the window's arrival rate (open-loop table; since its last change where the
     rate changed inside the window, :func:`recent_rate`) or mean requests in flight
     (closed-loop table) over ``window_s``; the acceptance is the estimate over
     ``alpha_window_s``, else ``alpha`` (the last one). A switch needs an expected latency at
-    ``k`` above ``(1 + margin)`` times the best's and, where the best runs at a higher
-    utilisation than ``k`` at this load, ``min_dwell_s`` since the last switch.
+    ``k`` above ``(1 + margin)`` times the fastest k's; it goes to the k of lowest utilisation
+    within that margin of the fastest and, where that k runs at a higher utilisation than
+    ``k`` at this load, waits ``min_dwell_s`` since the last switch.
     """
     estimate = acceptance(window, now, config.alpha_window_s, config.min_drafts)
     alpha = alpha if estimate is None else estimate
     if table.load == "rps":
-        load = recent_rate(window, now, config.window_s, config.short_window_s)
+        load = recent_rate(window, now, config.window_s, config.change_z)
     else:
         load = in_flight(window, now, config.window_s)
     keep = dict(k=k, switched=False, since=since, alpha=alpha, load=load)
     if load is None:
         return Decision(**keep, best=k, reason="no load estimate yet: keep k")
     lat = table.latencies(alpha, load)
-    j = int(np.argmin(lat))  # the best's index
-    best = int(table.ks[j]) if np.isfinite(lat).any() else -1
-    keep["latencies"] = lat
-    if best < 0 or best == k:
-        return Decision(**keep, best=best, reason="k is the best here" if best == k else
-                        "every k saturates here: keep k")  # fmt: skip
-    i = list(table.ks).index(k) if k in table.ks else None
-    current = np.inf if i is None else lat[i]
+    if not np.isfinite(lat).any():
+        return Decision(**keep, best=-1, reason="every k saturates here: keep k", latencies=lat)
     util = table.utilisation(alpha, load)
+    # the k's within the margin of the fastest are near-ties for the mean; of them the one of
+    # lowest utilisation is taken: the law's mean is the steady state, and a burst's queue
+    # (and more so its tail) grows as 1/(1 - rho) while it lasts
+    near = np.flatnonzero(lat <= (1.0 + config.margin) * lat.min())
+    j = int(near[np.argmin(util[near])])  # the chosen k's index
+    best = int(table.ks[j])
+    keep["latencies"] = lat
+    i = list(table.ks).index(k) if k in table.ks else None
+    if best == k:
+        return Decision(**keep, best=best, reason="k is the best here")
+    current = np.inf if i is None else lat[i]
     rho = 1.0 if i is None else float(util[i])  # a k the table lacks: leave it
     # the dwell holds a raise of the utilisation only: a switch that relieves the server is
     # made at once (the current k's queue, and more so its tail, grows while it waits)
@@ -424,11 +442,11 @@ def choose(
         return Decision(
             **keep, best=best, reason=f"dwell: {now - since:.0f} s since the last switch"
         )
-    gain = current / lat[j] - 1.0
+    gain = current / lat.min() - 1.0
     if gain <= config.margin:
         return Decision(**keep, best=best, reason=f"gain {gain:.1%} within the margin")
     return Decision(**{**keep, "k": best, "switched": True, "since": now}, best=best,
-                    reason=f"k={best} expected {gain:.1%} faster")  # fmt: skip
+                    reason=f"k={best} expected {current / lat[j] - 1.0:.1%} faster")  # fmt: skip
 
 
 class KController:

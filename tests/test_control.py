@@ -153,7 +153,7 @@ def test_a_switch_that_relieves_the_server_is_made_inside_the_dwell():
 
 
 def test_a_flapping_load_raises_k_at_most_once_per_dwell():
-    cfg = ControllerConfig(window_s=30.0, short_window_s=10.0, min_dwell_s=60.0)
+    cfg = ControllerConfig(window_s=30.0, min_dwell_s=60.0)
     table = _table()
     ctl = KController(table, k=4, alpha=0.7, config=cfg)
     per_cycle = laws.expected_tokens(0.7, 2) - 1.0
@@ -180,14 +180,50 @@ def test_recent_rate_follows_a_burst_and_ignores_poisson_noise():
     burst = _stream(rate=21.0, alpha=0.7, k=2, start=105.0, seconds=10.0,
                     requests=calm[-1].requests + 35.0)  # fmt: skip
     w = calm + burst
-    # 10 s into a 3x burst the 30 s window reads 7 + 14 * 10/30 ~ 11.7 req/s; the last 10 s
-    # hold 210 arrivals against 117 expected (8.6 sd): the short window's 21 req/s is read
+    # 10 s into a 3x burst the 30 s window reads 7 + 14 * 10/30 ~ 11.7 req/s; the split at
+    # its first scrape (105 s) is the change point: the 21 req/s since then is read
     assert control.arrival_rate(w, 115.0, 30.0) == pytest.approx(350.0 / 30.0)
-    assert control.recent_rate(w, 115.0, 30.0, short=10.0) == pytest.approx(21.0)
-    # a steady stream whose last 10 s count 2 Poisson sd above its rate keeps the long window
+    assert control.recent_rate(w, 115.0, 30.0) == pytest.approx(21.0)
+    # ... from the first scrape on (one 5 s interval of it: G ~ 70 against z^2 = 16)
+    assert control.recent_rate(w[:-1], 110.0, 30.0) == pytest.approx(21.0)
+    # a steady stream whose last scrape counts 2.8 Poisson sd high keeps the window's rate
     wobble = [*calm[:-1], replace(calm[-1], requests=calm[-1].requests + 2.0 * np.sqrt(70.0))]
     assert control.recent_rate(wobble, 100.0) == control.arrival_rate(wobble, 100.0, 30.0)
     # and the end of a burst is read as soon as it shows
     after = _stream(rate=1.0, alpha=0.7, k=2, start=120.0, seconds=10.0,
-                    requests=burst[-1].requests)  # fmt: skip
+                    requests=burst[-1].requests + 5.0)  # fmt: skip
     assert control.recent_rate(w + after, 130.0) == pytest.approx(1.0)
+    # a stream that stops: the rate since it stopped is 0
+    stop = _stream(rate=0.0, alpha=0.7, k=2, start=120.0, seconds=10.0,
+                   requests=burst[-1].requests)  # fmt: skip
+    assert control.recent_rate(w + stop, 130.0) == pytest.approx(0.0)
+
+
+def test_recent_rate_rarely_reads_a_change_in_a_steady_poisson_stream():
+    rng = np.random.default_rng(46)
+    counts = np.cumsum(rng.poisson(7.0 * 5.0, size=2000))
+    w = [Sample(t=5.0 * i, requests=float(c)) for i, c in enumerate(counts)]
+    changed = [
+        control.recent_rate(w[i - 6 : i + 1], 5.0 * i)
+        != control.arrival_rate(w[i - 6 : i + 1], 5.0 * i)
+        for i in range(6, len(w))
+    ]
+    # max over five splits of a chi-square(1) beyond 16: about 3e-4 per decision
+    assert np.mean(changed) < 0.005
+
+
+def test_near_ties_for_the_mean_go_to_the_lower_utilisation():
+    # at 20 req/s k = 2 is the fastest (6.0 s, utilisation 1 - 1.5/6.0 = 0.75) and k = 0 is
+    # 1.7 % slower (6.1 s) at utilisation 1 - 3/6.1 = 0.51: inside the 3 % margin, k = 0
+    alphas, loads, ks = np.array([0.5, 0.9]), np.array([0.0, 20.0]), np.array([0, 2, 4])
+    lat = np.array([[3.0, 1.5, 1.2], [6.1, 6.0, 9.0]])
+    ones = np.ones((2, 2))
+    t = KTable(alphas, loads, ks, np.stack([lat, lat]), np.tile([4, 2], (2, 1)), 0 * ones, ones)
+    w = _stream(rate=20.0, alpha=0.7, k=4)
+    d = control.choose(t, 4, 0.0, 0.7, 120.0, w, ControllerConfig(margin=0.03))
+    assert d.switched and d.k == 0 and d.best == 0
+    # from k = 2 (the fastest) nothing is gained beyond the margin: it stays
+    d = control.choose(t, 2, 0.0, 0.7, 120.0, w, ControllerConfig(margin=0.03))
+    assert not d.switched and d.k == 2
+    # with no margin there are no near-ties: the fastest is taken
+    assert control.choose(t, 4, 0.0, 0.7, 120.0, w, ControllerConfig(margin=0.0)).k == 2
