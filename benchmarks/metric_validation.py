@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -85,6 +86,9 @@ def highest_unsaturated(data: pd.DataFrame) -> np.ndarray:
     return (ok & (load == load.groupby(keys).transform("max"))).to_numpy()
 
 
+PRIORS: dict | None = None  # prior overrides of every fit (``--priors``)
+
+
 def fit_and_predict(data: pd.DataFrame, held: np.ndarray, metrics, label: str):
     """Fit on ``~held``, predict every metric on the held-out unsaturated rows."""
     from specbayes.fit import fit
@@ -92,7 +96,7 @@ def fit_and_predict(data: pd.DataFrame, held: np.ndarray, metrics, label: str):
     train = data[~held]
     test = data[held & ~data["saturated"].astype(bool).to_numpy()].reset_index(drop=True)
     t0 = time.perf_counter()
-    result = fit(train, "sd", metrics=metrics, progress=False)
+    result = fit(train, "sd", metrics=metrics, priors=PRIORS, progress=False)
     preds = heldout_metrics(result, test)
     ids = test[["cell", "drafter", "k", "concurrency"]].iloc[preds["row"].to_numpy()]
     preds = pd.concat([ids.reset_index(drop=True), preds.drop(columns="row")], axis=1)
@@ -139,7 +143,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="rewrite metric_validation.md")
     ap.add_argument("--skip-sim", action="store_true", help="data/real only")
+    ap.add_argument("--priors", type=json.loads, default=None, help="prior overrides (JSON)")
     args = ap.parse_args()
+    global PRIORS
+    PRIORS = args.priors
     t0, commit = time.perf_counter(), _git("rev-parse", "--short", "HEAD")
     real = validate_sweeps(read_sweeps(REAL)).data.reset_index(drop=True)
     real_preds, health = alternate(real, REAL_METRICS, "real")

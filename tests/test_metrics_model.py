@@ -17,7 +17,11 @@ from specbayes.model_next import build_design, build_model
 from specbayes.model_next.metrics import (
     METRIC_COLUMNS,
     check_metrics,
+    excess_scale,
+    exgauss_draws,
     log_batch,
+    log_exgauss,
+    log_metric_density,
     log_metric_mean,
     log_width,
     long_table,
@@ -61,6 +65,56 @@ def test_a_percentile_of_few_requests_is_noisier():
     np.testing.assert_allclose(p99, np.sqrt(1 + 1 / np.array([0.5, 10.0, np.inf])))
     assert p50[0] < 1.02 and p99[0] > 1.7  # the median barely moves; the p99 of 50 does
     assert log_width("itl", None) == 0.0  # no request counts: the metric's own scale
+
+
+def test_the_excess_of_a_percentile_shrinks_with_the_requests_beyond_it():
+    n = np.array([72.0, 926.0, np.nan])
+    np.testing.assert_allclose(excess_scale("ttft_p99", n), 1 / (1 + np.array([0.72, 9.26, 0])))
+    assert excess_scale("ttft_p95", 100.0) == pytest.approx(1 / 6)
+    assert excess_scale("ttft_p99", None) == 1.0  # no count: a statistic of one request
+    # a median or a mean has hundreds of requests on either side: no excess
+    np.testing.assert_array_equal(excess_scale("itl_p50", n), 0.0)
+    assert excess_scale("ttft", None) == 0.0
+
+
+def test_excess_density_is_the_exponentially_modified_gaussian():
+    import pytensor
+    import pytensor.tensor as pt
+    from scipy import stats
+
+    y, mu, sigma = np.linspace(-1.0, 3.0, 41), 0.2, 0.1
+    for nu in (1e-4, 0.01, 0.3, 2.0):  # no switch to the Normal at small nu
+        want = stats.exponnorm.logpdf(y, K=nu / sigma, loc=mu, scale=sigma)
+        np.testing.assert_allclose(log_exgauss(y, mu, sigma, nu), want, rtol=1e-9, atol=1e-9)
+        v = pt.dvector()
+        graph = pytensor.function([v], log_exgauss(v, mu, sigma, nu, xp=pt))
+        np.testing.assert_allclose(graph(y), want, rtol=1e-7, atol=1e-7)
+    draws = exgauss_draws(np.full(200_000, mu), sigma, 0.3, np.random.default_rng(0))
+    assert np.mean(draws) == pytest.approx(mu + 0.3, abs=0.01)
+    assert np.var(draws) == pytest.approx(sigma**2 + 0.3**2, rel=0.03)
+
+
+def test_excess_form_is_one_density_in_the_graph_and_the_stored_groups(real_case):
+    design = build_design(real_case.table)
+    model = build_model(design, metrics=METRICS, priors={"metric_excess": 1.0})
+    assert "metric_excess" in model.named_vars
+    prior = pm.sample_prior_predictive(20, model=model, random_seed=1)
+    y = prior.prior_predictive["log_metric"].values
+    assert np.mean(np.isfinite(y).all(axis=-1)) >= 0.9
+    # the model's pointwise log density of the observed metrics is log_exgauss at the
+    # same parameters
+    point = model.initial_point()
+    rv = model["log_metric"]
+    kw = dict(inputs=model.value_vars, on_unused_input="ignore")
+    got = np.asarray(model.compile_fn(model.logp(vars=[rv], sum=False), **kw)(point)).ravel()
+    # the CustomDist's inputs: size, then (loc, scale, excess), then its generators
+    params = model.replace_rvs_by_values(list(rv.owner.inputs[1:4]))
+    loc, sd, excess = model.compile_fn(params, **kw)(point)
+    obs = model.rvs_to_values[rv].data
+    share = long_table(design.data, METRICS)["excess"].to_numpy()
+    assert (share == 0).sum() == 2 * len(design.data) and (share > 0).any()  # p50s: Normal
+    want = log_metric_density(obs, loc, sd, excess, share)
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-7)
 
 
 def test_formula_is_linear_in_the_batch():
@@ -134,16 +188,18 @@ def test_shares_of_an_unseen_configuration_come_from_its_arm_level():
 
 
 @pytest.mark.slow
-def test_metric_fit_on_the_real_sweeps_is_healthy_and_consistent(tmp_path):
-    """The B200 sweeps with their median/p99 TTFT and median ITL: healthy at the defaults,
-    the stored predictive group is the method's density, and a loaded fit answers alike."""
+@pytest.mark.parametrize("priors", [None, {"metric_excess": 10.0}], ids=["student", "excess"])
+def test_metric_fit_on_the_real_sweeps_is_healthy_and_consistent(tmp_path, priors):
+    """The B200 sweeps with their median/p99 TTFT and median ITL: healthy at the defaults
+    (and with the tail excess), the stored predictive group is the method's density, and a
+    loaded fit answers alike."""
     import arviz as az
 
     from specbayes.data import read_sweeps
     from specbayes.fit import fit, load_fit
 
     table = read_sweeps(REPO / "data/real/speculators_qwen3.8-27b_b200_sweeps.csv")
-    result = fit(table, "sd", metrics=METRICS, progress=False)
+    result = fit(table, "sd", metrics=METRICS, priors=priors, progress=False)
     summary = result.summary()
     assert summary["healthy"], summary
     loaded = load_fit(result.save(tmp_path / "fit.nc"))

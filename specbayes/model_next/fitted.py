@@ -51,6 +51,8 @@ from specbayes.model_next.likelihood import (
 )
 from specbayes.model_next.metrics import (
     check_metrics,
+    excess_scale,
+    exgauss_draws,
     family,
     log_batch,
     log_metric_mean,
@@ -653,10 +655,15 @@ class NextFit:
                 log_unit(name, rows["decode"]),
             )  # fmt: skip
             if predictive:
-                sigma = post["metric_sigma"].values[:, self.metrics.index(name), None]
+                j, pr = self.metrics.index(name), merge_priors(self.config.get("priors"))
+                sigma = post["metric_sigma"].values[:, j, None]
                 sigma = sigma * np.exp(log_width(name, rows.get("n_requests")))
-                nu = merge_priors(self.config.get("priors"))["metric_nu"]
-                loc = loc + student_noise(sigma, nu, loc.shape, rng)
+                if pr["metric_excess"] is None:
+                    loc = loc + student_noise(sigma, pr["metric_nu"], loc.shape, rng)
+                else:
+                    ex = post["metric_excess"].values[:, j, None] * sigma
+                    ex = ex * excess_scale(name, rows.get("n_requests"))
+                    loc = exgauss_draws(loc, sigma, ex, rng)
             out = np.exp(loc)
         return xr.DataArray(np.where(np.isfinite(st["mu"]), out, np.inf), dims=("sample", "row"))
 
@@ -781,7 +788,8 @@ class NextFit:
             "excluded_data": _frame_to_dataset(self.excluded, "excluded_row"),
         }
         if self.metrics:  # the metrics' own density (metrics.metric_likelihood)
-            nu = merge_priors(self.config.get("priors"))["metric_nu"]
+            pr = merge_priors(self.config.get("priors"))
+            nu = pr["metric_nu"] if pr["metric_excess"] is None else None
             g = stored_groups(d, self.metrics, post, nu, rng)
             mdims, mcoords = ("chain", "draw", "metric_obs"), {"metric_obs": g["table"].index}
             for group, values in (("log_likelihood", g["log_likelihood"]),
@@ -835,7 +843,7 @@ _ANSWER_VARIABLES = (
     "coef_mu_draft", "trend", "cell_sd", "tau", "noise_growth", "sigma", "alpha",
     "tokens_per_cycle", "c3", "knee_tokens", "knee_at", "knee_excess", "knee_c2v",
     "knee_batch", "knee_slope",
-    "metric_log_share", "metric_share_mu", "metric_sigma",
+    "metric_log_share", "metric_share_mu", "metric_sigma", "metric_excess",
 )  # fmt: skip
 
 

@@ -27,10 +27,17 @@ level for dense and one for SD sweeps, with a spread :math:`\tau` fixed per fami
 
     \log\rho_{j,s} \sim \mathcal N(\mu_{j,\mathrm{arm}(s)}, \tau_{\mathrm{family}})
 
-and the observed statistic is Student-t on the log scale around :math:`\log m_i`, its scale
-widened for a percentile of few requests (:func:`log_width`; the real B200 p99 TTFT jumps 15×
-at a few streams, where a point holds 50–250 requests). What the data do not carry is not
-modelled: a fit learns only the metrics it is given (``metrics=``).
+The observed statistic is Student-t (ν = 4) on the log scale around :math:`\log m_i`, its
+scale widened for a percentile of few requests (:func:`log_width`; the real B200 p99 TTFT
+jumps 15× at a few streams, where a point holds 72–337 requests). With
+``priors={"metric_excess": K0}`` it is instead :math:`\log m_i` plus Normal noise of scale
+:math:`\sigma_f w_i` — one :math:`\sigma_f` per family — plus, for a tail percentile, an
+upward excess, exponential with mean :math:`K_j \sigma_f w_i / (1 + n_i(1 - q))`
+(:func:`excess_scale`, :func:`log_metric_density`): a p99 with only a few requests beyond it
+sits on them, and one stall lifts it; the law's curve is then the statistic of a long run,
+the lower envelope of the short ones (opt-in: its health on simulated sweeps is marginal,
+``benchmarks/metric_model.md``). What the data do not carry is not modelled: a fit learns only
+the metrics it is given (``metrics=``).
 """
 
 from __future__ import annotations
@@ -105,7 +112,8 @@ def log_batch(mu: Any, load: Any, closed: Any, xp=np) -> Any:
 
 def long_table(data: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
     """One row per observed (metric, fitted row): ``metric`` (index into ``metrics``),
-    ``obs``, ``log_y`` (the statistic, log) and ``log_s`` (its unit, :func:`log_unit`).
+    ``obs``, ``log_y`` (the statistic, log), ``log_s`` (its unit, :func:`log_unit`),
+    ``log_w`` (:func:`log_width`) and ``excess`` (:func:`excess_scale`).
     Rows without the column, or a per-token metric of a one-token output, carry none."""
     parts = []
     for j, name in enumerate(metrics):
@@ -118,6 +126,7 @@ def long_table(data: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
             keep &= data["decode"].to_numpy(float) > 1.0
         obs = np.flatnonzero(keep)
         log_w = log_width(name, data.get("n_requests"))
+        excess = excess_scale(name, data.get("n_requests"))
         parts.append(
             pd.DataFrame(
                 {
@@ -126,11 +135,13 @@ def long_table(data: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
                     "log_y": np.log(y[obs]),
                     "log_s": log_s[obs],
                     "log_w": np.broadcast_to(log_w, y.shape)[obs],
+                    "excess": np.broadcast_to(excess, y.shape)[obs],
                 }
             )
         )
     if not parts:
-        return pd.DataFrame({c: [] for c in ("metric", "obs", "log_y", "log_s", "log_w")})
+        return pd.DataFrame({c: [] for c in ("metric", "obs", "log_y", "log_s", "log_w",
+                                             "excess")})  # fmt: skip
     return pd.concat(parts, ignore_index=True)
 
 
@@ -148,6 +159,77 @@ def log_width(name: str, n_requests: Any) -> Any:
     with np.errstate(divide="ignore", invalid="ignore"):
         extra = np.where(np.isfinite(n) & (n > 0), 1.0 / (n * (1.0 - level)), 0.0)
     return 0.5 * np.log1p(extra)
+
+
+#: Percentile levels from which a statistic can sit on a few stalled requests
+#: (:func:`excess_scale`); below it (medians) the noise is Normal alone.
+TAIL_LEVEL = 0.9
+
+
+def excess_scale(name: str, n_requests: Any) -> Any:
+    r"""A row's share of its tail excess (:func:`log_metric_density`): :math:`1/(1 + n(1 - q))`
+    for a tail statistic (level :math:`q \ge` :data:`TAIL_LEVEL`) of :math:`n` requests (1
+    without a count), 0 for a median or a mean.
+
+    A percentile beyond which only a few requests lie sits on them: a stall (a warm-up, a
+    preemption, a recompilation) that holds a few requests lifts the p99 of 72 requests
+    (0.7 beyond it) to their time, and barely moves the p99 of 900 (9 beyond it). So a tail
+    measurement exceeds the law's statistic by an excess that is large only where
+    :math:`n(1 - q)` is small (the real B200 p99 TTFT: 1.2–1.5 s at 2–16 streams between
+    0.05–0.4 s points, SD arms only, 72–337 requests); a median's hundreds of requests on
+    either side average it out."""
+    level = int(name.rsplit("_p", 1)[1]) / 100.0 if "_p" in name else 0.5
+    if level < TAIL_LEVEL:
+        return 0.0 if n_requests is None else np.zeros(np.shape(n_requests))
+    if n_requests is None:
+        return 1.0
+    n = np.asarray(n_requests, dtype=float)
+    beyond = np.where(np.isfinite(n) & (n > 0), n * (1.0 - level), 0.0)
+    return 1.0 / (1.0 + beyond)
+
+
+def log_metric_density(y: Any, mu: Any, sigma: Any, excess: Any, share: np.ndarray, xp=np) -> Any:
+    r"""Pointwise log density of an observed log metric: Normal around ``mu`` (scale
+    ``sigma``) plus an exponential excess of mean ``excess * share`` (:func:`log_exgauss`)
+    where the row's :func:`excess_scale` ``share`` is positive (a tail statistic), the Normal
+    alone where it is 0 — a choice fixed by the rows, never by a parameter. ``excess`` is
+    :math:`K\sigma` per row (the ``metric_excess`` ratio times the row's noise scale).
+    ``xp`` is NumPy or ``pytensor.tensor``: one formula for the graph and the stored
+    log-likelihood."""
+    tail = np.asarray(share) > 0
+    # the unused branch stays finite (and so does its gradient)
+    safe = xp.where(tail, excess * np.where(tail, share, 1.0), 1.0)
+    normal = -0.5 * ((y - mu) / sigma) ** 2 - xp.log(sigma) - 0.5 * np.log(2.0 * np.pi)
+    return xp.where(tail, log_exgauss(y, mu, sigma, safe, xp=xp), normal)
+
+
+def log_exgauss(y: Any, mu: Any, sigma: Any, nu: Any, xp=np) -> Any:
+    r"""Log density of :math:`y = \mu + \sigma z + x`, :math:`z \sim \mathcal N(0, 1)`,
+    :math:`x \sim \mathrm{Exponential}(\text{mean } \nu)` (exponentially modified Gaussian):
+
+    .. math::
+
+        \log p = -\log\nu + \frac{\mu - y}{\nu} + \frac{\sigma^2}{2\nu^2}
+        + \log\Phi\Big(\frac{y - \mu - \sigma^2/\nu}{\sigma}\Big)
+
+    ``xp`` is NumPy or ``pytensor.tensor`` (one formula for the graph and the stored
+    log-likelihood; no switch to the Normal at small :math:`\nu`, whose jump in the density
+    a sampler would feel)."""
+    if xp is np:
+        from scipy.special import log_ndtr
+
+        tail = log_ndtr((y - mu - sigma**2 / nu) / sigma)
+    else:
+        from pymc.distributions.dist_math import normal_lcdf
+
+        tail = normal_lcdf(mu + sigma**2 / nu, sigma, y)
+    return -xp.log(nu) + (mu - y) / nu + 0.5 * (sigma / nu) ** 2 + tail
+
+
+def exgauss_draws(mu: Any, sigma: Any, nu: Any, rng) -> np.ndarray:
+    """Draws of :func:`log_exgauss`'s variable (a measurement of the log metric)."""
+    shape = np.broadcast(mu, sigma, nu).shape
+    return mu + sigma * rng.standard_normal(shape) + rng.exponential(1.0, shape) * nu
 
 
 def prior_centres(metrics: tuple[str, ...], pr: dict) -> np.ndarray:
@@ -196,15 +278,37 @@ def metric_likelihood(design, pr: dict, metrics: tuple[str, ...], log_c1, log_c2
     loc = log_metric_mean(
         log_c1[s], log_c2[s], batch, log_rho[m, 0, s], log_rho[m, 1, s], table["log_s"].values, pt
     )
-    sigma = pm.HalfNormal("metric_sigma", pr["metric_noise"], dims="metric_name")
-    pm.StudentT(
-        "log_metric",
-        nu=pr["metric_nu"],
-        mu=loc,
-        sigma=sigma[m] * np.exp(table["log_w"].to_numpy(float)),
-        observed=table["log_y"].to_numpy(float),
-        dims="metric_obs",
-    )
+    y = table["log_y"].to_numpy(float)
+    if pr["metric_excess"] is None:
+        sigma = pm.HalfNormal("metric_sigma", pr["metric_noise"], dims="metric_name")
+        scale = sigma[m] * np.exp(table["log_w"].to_numpy(float))
+        pm.StudentT("log_metric", nu=pr["metric_nu"], mu=loc, sigma=scale, observed=y,
+                    dims="metric_obs")  # fmt: skip
+        return
+    # a tail percentile of few requests sits on its slowest ones: Normal noise plus an upward
+    # excess of mean K sigma w / (1 + n (1 - q)) (excess_scale). One noise scale per family
+    # (the engine's run-to-run variability of TTFT, of ITL, ...), widened per statistic by its
+    # order-statistic factor w (log_width): a family's median pins the scale its p99 would
+    # otherwise trade against the excess. The scale's prior avoids 0 (a statistic of finitely
+    # many requests always varies; at sigma -> 0 the density has an edge at the curve), and
+    # the excess is in units of the noise, K, so its shape does not change with the noise's
+    # size (an absolute excess diverged where sigma was small: benchmarks/metric_model.md)
+    families = list(dict.fromkeys(family(name) for name in metrics))
+    model.add_coord("metric_family", families)
+    noise = pr["metric_noise"]
+    by_family = pm.Gamma("metric_family_sigma", 2.0, 2.0 / noise, dims="metric_family")
+    member = [families.index(family(name)) for name in metrics]
+    sigma = pm.Deterministic("metric_sigma", by_family[member], dims="metric_name")
+    scale = sigma[m] * np.exp(table["log_w"].to_numpy(float))
+    ratio = pm.HalfNormal("metric_excess", pr["metric_excess"], dims="metric_name")
+    share = table["excess"].to_numpy(float)
+    pm.CustomDist(
+        "log_metric", loc, scale, ratio[m] * scale,
+        logp=lambda value, mu, sd, ex: log_metric_density(value, mu, sd, ex, share, xp=pt),
+        dist=lambda mu, sd, ex, size: pm.Normal.dist(mu, sd, size=size)
+        + pm.Exponential.dist(1.0, size=size) * ex * share,
+        observed=y, dims="metric_obs",
+    )  # fmt: skip
 
 
 def nearest_sweep(sweeps: list[str], sweep_alpha, configs: pd.Series, alpha) -> np.ndarray:
@@ -251,10 +355,11 @@ def student_noise(sigma, nu: float, shape, rng):
     return sigma * rng.standard_t(nu, size=shape)
 
 
-def stored_groups(design, metrics: tuple[str, ...], post, nu: float, rng) -> dict:
+def stored_groups(design, metrics: tuple[str, ...], post, nu: float | None, rng) -> dict:
     """``log_metric``'s pointwise log likelihood and posterior predictive of the fitted rows,
     (chain, draw, metric_obs), from the posterior's own shares and ``mu`` — the density the
-    sampler used (:func:`metric_likelihood`)."""
+    sampler used (:func:`metric_likelihood`): Student-t with ``nu`` degrees of freedom, or
+    (``nu`` None) the excess form, :func:`log_metric_density`."""
     from scipy import stats
 
     table = long_table(design.data, metrics)
@@ -268,6 +373,12 @@ def stored_groups(design, metrics: tuple[str, ...], post, nu: float, rng) -> dic
     )
     sigma = post["metric_sigma"].values[..., m] * np.exp(table["log_w"].to_numpy(float))
     y = table["log_y"].to_numpy(float)
-    ll = stats.t.logpdf(y, nu, loc=loc, scale=sigma)
-    pp = loc + student_noise(sigma, nu, loc.shape, rng)
+    if nu is None:
+        excess = post["metric_excess"].values[..., m] * sigma  # in units of the row's scale
+        share = table["excess"].to_numpy(float)
+        ll = log_metric_density(y, loc, sigma, excess, share)
+        pp = exgauss_draws(loc, sigma, excess * share, rng)
+    else:
+        ll = stats.t.logpdf(y, nu, loc=loc, scale=sigma)
+        pp = loc + student_noise(sigma, nu, loc.shape, rng)
     return {"log_likelihood": ll, "posterior_predictive": pp, "observed": y, "table": table}

@@ -128,7 +128,16 @@ Both
         is the prefill and a step, not the decode-dominated :math:`C_1`), ITL's by ~0.06.
         A configuration the fit never saw draws its shares with this spread.
     ``metric_noise``, ``metric_nu``
-        HalfNormal scale and degrees of freedom of the Student-t noise of a log metric.
+        Scale of the noise of a log metric (a HalfNormal scale per metric; with
+        ``metric_excess``, the mean of a Gamma(2) prior per family) and the degrees of
+        freedom of the Student-t noise.
+    ``metric_excess``
+        None (default): Student-t noise (``metric_nu``), one :math:`\sigma` per metric with
+        a HalfNormal(``metric_noise``) prior. A number: the HalfNormal scale of :math:`K`,
+        the mean upward excess of a tail statistic of one request in units of its Normal
+        noise (:func:`~specbayes.model_next.metrics.log_metric_density`; 10 is what
+        ``benchmarks/metric_model.md`` measured: the real B200 p99 TTFT's outliers ask for
+        ~16, a simulated sweep for none).
     ``wall_softness``
         With curvature an open-loop row's law has a finite latency at its wall and none past
         it: the graph continues it by a smooth plateau within this distance of the wall
@@ -241,6 +250,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "metric_tau": {"latency": 0.15, "ttft": 0.6, "itl": 0.1},
     "metric_noise": 0.3,
     "metric_nu": 4.0,
+    "metric_excess": None,
     # parametrisation (a transform of the same model, not a different one)
     "centred_cells": True,
     "centred_sweeps": {"C1": False, "C2": False},
