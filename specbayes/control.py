@@ -277,7 +277,7 @@ def recent_rate(
         return None
     t = np.array([x.t for x in s])
     n = np.maximum.accumulate(np.array([x.requests for x in s]) - s[0].requests)
-    rate = n[-1] / (t[-1] - t[0])
+    rate = float(n[-1] / (t[-1] - t[0]))
     if len(s) < 3 or n[-1] <= 0:
         return rate
     n1, t1 = n[1:-1], t[1:-1] - t[0]  # before each interior scrape, and after it

@@ -145,6 +145,11 @@ def long_table(data: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def _level(name: str) -> float:
+    """The statistic's level q: 0.99 for ``*_p99``; a mean counts as a median (1/2)."""
+    return int(name.rsplit("_p", 1)[1]) / 100.0 if "_p" in name else 0.5
+
+
 def log_width(name: str, n_requests: Any) -> Any:
     r"""Log of a row's noise scale relative to the metric's :math:`\sigma`:
     :math:`\tfrac12\log(1 + 1/(n (1 - q)))` for a statistic at level :math:`q` of
@@ -154,7 +159,7 @@ def log_width(name: str, n_requests: Any) -> Any:
     moves (order-statistic asymptotics; without ``n_requests`` the factor is 1)."""
     if n_requests is None:
         return 0.0
-    level = int(name.rsplit("_p", 1)[1]) / 100.0 if "_p" in name else 0.5
+    level = _level(name)
     n = np.asarray(n_requests, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         extra = np.where(np.isfinite(n) & (n > 0), 1.0 / (n * (1.0 - level)), 0.0)
@@ -178,7 +183,7 @@ def excess_scale(name: str, n_requests: Any) -> Any:
     :math:`n(1 - q)` is small (the real B200 p99 TTFT: 1.2–1.5 s at 2–16 streams between
     0.05–0.4 s points, SD arms only, 72–337 requests); a median's hundreds of requests on
     either side average it out."""
-    level = int(name.rsplit("_p", 1)[1]) / 100.0 if "_p" in name else 0.5
+    level = _level(name)
     if level < TAIL_LEVEL:
         return 0.0 if n_requests is None else np.zeros(np.shape(n_requests))
     if n_requests is None:
