@@ -586,3 +586,26 @@ def test_validate_curvature_flag_reaches_every_fit(ws, monkeypatch):
     assert run_cli(["validate", "good.csv", "--out", "v", "--curvature"]) == 2
     assert run_cli(["validate", "good.csv", "--out", "v2"]) == 2
     assert seen == [{"inverse_knee": KNEE_PRIOR}, None]
+
+
+def test_tail_excess_flag_asks_the_fit_for_the_excess_and_needs_metrics(ws, monkeypatch, capsys):
+    """``--tail-excess`` reaches the fit as ``metric_excess``; alone it names what it needs."""
+    from specbayes.commands import fit as fit_command
+    from specbayes.model_next.priors import TAIL_EXCESS
+
+    monkeypatch.chdir(ws)
+    seen = []
+
+    def fake_fit(*args, **kwargs):
+        seen.append(kwargs.get("priors"))
+        raise ValueError("stop here")
+
+    monkeypatch.setattr("specbayes.fit.fit", fake_fit)
+    monkeypatch.setattr(fit_command, "save_atomically", lambda result, path: path)
+    args = ["fit", "good.csv", "--out", "y.nc", "--metrics", "ttft_p99", "--tail-excess"]
+    assert run_cli(args) == 2
+    assert seen == [{"metric_excess": TAIL_EXCESS}]
+    capsys.readouterr()
+    assert run_cli(["fit", "good.csv", "--out", "y.nc", "--tail-excess"]) != 0
+    assert "--tail-excess shapes the noise of --metrics" in capsys.readouterr().err
+    assert seen == [{"metric_excess": TAIL_EXCESS}]  # no fit was asked

@@ -109,6 +109,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "costs and batch: ttft, itl and latency percentiles as the data carry them (e.g. "
         "ttft_p99,itl_p50,latency_p95); what `specbayes plan --slo` needs",
     )
+    p.add_argument(
+        "--tail-excess",
+        action="store_true",
+        help="opt-in with --metrics — a tail percentile of few requests may sit on a few "
+        "stalled ones: Normal noise plus an upward excess that shrinks with the requests "
+        "beyond the percentile, instead of Student-t tails (docs/model.md; "
+        "benchmarks/metric_model.md)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -262,7 +270,8 @@ def check_level(table, model: str, source) -> None:
 
 
 def check_core(args: argparse.Namespace) -> None:
-    """``--core`` and ``--start`` agree with ``--model`` (one line, before any reading)."""
+    """``--core`` and ``--start`` agree with ``--model``, ``--tail-excess`` has its
+    ``--metrics`` (one line, before any reading)."""
     from specbayes.fit import resolve_core
 
     core = resolve_core(args.model, args.core)
@@ -271,6 +280,8 @@ def check_core(args: argparse.Namespace) -> None:
             "--curvature: the old core's moe level has a batch curvature of its own — drop "
             "--curvature with --core legacy"
         )
+    if getattr(args, "tail_excess", False) and not getattr(args, "metrics", None):
+        raise ValueError("--tail-excess shapes the noise of --metrics: give --metrics too")
     if getattr(args, "start", None) is not None and core != "legacy":
         raise ValueError(
             "--start: the default core has one sampler configuration (its chains start "
@@ -323,14 +334,17 @@ def excluded_line(excluded, path: Path) -> str:
 
 
 def curvature_priors(args: argparse.Namespace) -> dict | None:
-    """The prior overrides ``--curvature`` or ``--knee`` ask for (``None``: the defaults)."""
-    from specbayes.model_next.priors import KNEE, KNEE_PRIOR
+    """The prior overrides ``--curvature``, ``--knee`` or ``--tail-excess`` ask for (``None``:
+    the defaults)."""
+    from specbayes.model_next.priors import KNEE, KNEE_PRIOR, TAIL_EXCESS
 
     priors = {}
+    if getattr(args, "tail_excess", False):
+        priors["metric_excess"] = TAIL_EXCESS
     if getattr(args, "curvature", False):
         priors["inverse_knee"] = dict(KNEE_PRIOR)
     if getattr(args, "knee", False):
-        if priors:
+        if "inverse_knee" in priors:
             raise SystemExit("--knee and --curvature are two forms of one bend: give one")
         priors["knee"] = {part: dict(v) for part, v in KNEE.items()}
     return priors or None

@@ -56,6 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--knee", action="store_true", help="every fit with the knee of `specbayes fit --knee`"
     )
     p.add_argument(
+        "--tail-excess",
+        action="store_true",
+        help="every fit's --metrics with the tail excess of `specbayes fit --tail-excess`",
+    )
+    p.add_argument(
         "--metrics",
         type=metric_list,
         default=None,

@@ -366,6 +366,11 @@ def _setting(design, sweeps) -> tuple[str, str, int, int | None]:
     return sweeps["verifier"].iloc[0], sweeps["hardware"].iloc[0], max(tp, 1), k
 
 
+#: ``metric_excess`` of ``specbayes fit --tail-excess``: the scale measured on ``data/real``
+#: and the simulated sweeps (``benchmarks/metric_model.md``).
+TAIL_EXCESS = 10.0
+
+
 def merge_priors(priors: dict | None = None) -> dict:
     """Return :data:`DEFAULT_PRIORS` with ``priors`` overlaid (nested dicts merged per key).
 
