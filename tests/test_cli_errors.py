@@ -552,20 +552,29 @@ def test_plan_notes_settings_outside_the_measured_range(ws, monkeypatch, capsys)
     assert "arm: the measured sweep D1B k=3 in 256x256" in out and "never measured" not in out
 
 
-def test_curvature_flag_asks_the_fit_for_the_knee(ws, monkeypatch):
-    """``--curvature`` reaches the fit as the knee prior; without it, the defaults (issue 43)."""
+@pytest.fixture
+def fit_priors(ws, monkeypatch):
+    """The ``priors`` every ``specbayes fit`` in ``ws`` asks the fit for (the fit stops there:
+    a flag's effect is what the fit is asked)."""
     from specbayes.commands import fit as fit_command
-    from specbayes.model_next.priors import KNEE_PRIOR
 
     monkeypatch.chdir(ws)
     seen = []
 
     def fake_fit(*args, **kwargs):
         seen.append(kwargs.get("priors"))
-        raise ValueError("stop here")  # the flag's effect is what the fit is asked
+        raise ValueError("stop here")
 
     monkeypatch.setattr("specbayes.fit.fit", fake_fit)
     monkeypatch.setattr(fit_command, "save_atomically", lambda result, path: path)
+    return seen
+
+
+def test_curvature_flag_asks_the_fit_for_the_knee(fit_priors):
+    """``--curvature`` reaches the fit as the knee prior; without it, the defaults (issue 43)."""
+    from specbayes.model_next.priors import KNEE_PRIOR
+
+    seen = fit_priors
     assert run_cli(["fit", "good.csv", "--out", "y.nc", "--curvature"]) == 2
     assert run_cli(["fit", "good.csv", "--out", "y.nc"]) == 2
     assert seen == [{"inverse_knee": KNEE_PRIOR}, None]
@@ -588,20 +597,11 @@ def test_validate_curvature_flag_reaches_every_fit(ws, monkeypatch):
     assert seen == [{"inverse_knee": KNEE_PRIOR}, None]
 
 
-def test_tail_excess_flag_asks_the_fit_for_the_excess_and_needs_metrics(ws, monkeypatch, capsys):
+def test_tail_excess_flag_asks_the_fit_for_the_excess_and_needs_metrics(fit_priors, capsys):
     """``--tail-excess`` reaches the fit as ``metric_excess``; alone it names what it needs."""
-    from specbayes.commands import fit as fit_command
     from specbayes.model_next.priors import TAIL_EXCESS
 
-    monkeypatch.chdir(ws)
-    seen = []
-
-    def fake_fit(*args, **kwargs):
-        seen.append(kwargs.get("priors"))
-        raise ValueError("stop here")
-
-    monkeypatch.setattr("specbayes.fit.fit", fake_fit)
-    monkeypatch.setattr(fit_command, "save_atomically", lambda result, path: path)
+    seen = fit_priors
     args = ["fit", "good.csv", "--out", "y.nc", "--metrics", "ttft_p99", "--tail-excess"]
     assert run_cli(args) == 2
     assert seen == [{"metric_excess": TAIL_EXCESS}]
