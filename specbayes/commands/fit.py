@@ -333,7 +333,7 @@ def excluded_line(excluded, path: Path) -> str:
     return f"{len(excluded)} rows excluded{by}{more} — listed with reasons in {path}"
 
 
-def curvature_priors(args: argparse.Namespace) -> dict | None:
+def flag_priors(args: argparse.Namespace) -> dict | None:
     """The prior overrides ``--curvature``, ``--knee`` or ``--tail-excess`` ask for (``None``:
     the defaults)."""
     from specbayes.model_next.priors import KNEE, KNEE_PRIOR, TAIL_EXCESS
@@ -378,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
                 table,
                 model=args.model,
                 sampler_config=config,
-                priors=curvature_priors(args),
+                priors=flag_priors(args),
                 progress=not args.quiet,
                 core=args.core,
                 metrics=args.metrics,

@@ -197,7 +197,7 @@ def check_metric_args(args: argparse.Namespace, table) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir, dumps
-    from specbayes.commands.fit import check_core, check_level, curvature_priors
+    from specbayes.commands.fit import check_core, check_level, flag_priors
     from specbayes.data import validate_sweeps
     from specbayes.fit import fit
     from specbayes.validate import leave_n_out
@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     check_level(table, args.model, args.data)  # before the folds' progress bars
     print(f"{table.summary()}; leave-out n = {args.leave_out}, {args.repeats} folds each")
     methods = ("specbayes",) if args.no_baseline else ("specbayes", "baseline")
-    priors = curvature_priors(args)
+    priors = flag_priors(args)
     res = leave_n_out(
         table,
         model=args.model,

@@ -52,16 +52,15 @@ from specbayes.model_next.likelihood import (
 from specbayes.model_next.metrics import (
     check_metrics,
     excess_scale,
-    exgauss_draws,
     family,
     log_batch,
     log_metric_mean,
     log_unit,
     log_width,
+    measurement_draws,
     nearest_sweep,
     share_draws,
     stored_groups,
-    student_noise,
 )
 from specbayes.model_next.priors import COEFS, merge_priors
 from specbayes.model_next.sampling import SAMPLER_CONFIG, check_options, health, sample
@@ -658,12 +657,11 @@ class NextFit:
                 j, pr = self.metrics.index(name), merge_priors(self.config.get("priors"))
                 sigma = post["metric_sigma"].values[:, j, None]
                 sigma = sigma * np.exp(log_width(name, rows.get("n_requests")))
-                if pr["metric_excess"] is None:
-                    loc = loc + student_noise(sigma, pr["metric_nu"], loc.shape, rng)
-                else:
-                    ex = post["metric_excess"].values[:, j, None] * sigma
-                    ex = ex * excess_scale(name, rows.get("n_requests"))
-                    loc = exgauss_draws(loc, sigma, ex, rng)
+                ratio = None
+                if pr["metric_excess"] is not None:
+                    ratio = post["metric_excess"].values[:, j, None]
+                share = excess_scale(name, rows.get("n_requests"))
+                loc = measurement_draws(loc, sigma, ratio, share, pr["metric_nu"], rng)
             out = np.exp(loc)
         return xr.DataArray(np.where(np.isfinite(st["mu"]), out, np.inf), dims=("sample", "row"))
 

@@ -360,6 +360,15 @@ def student_noise(sigma, nu: float, shape, rng):
     return sigma * rng.standard_t(nu, size=shape)
 
 
+def measurement_draws(loc, sigma, ratio, share, nu: float, rng) -> np.ndarray:
+    """Draws of a measured log metric around ``loc``: Student-t (``nu``) noise of scale
+    ``sigma`` where ``ratio`` is None, else Normal noise plus the tail excess of mean
+    ``ratio * sigma * share`` (:func:`log_metric_density`'s variable)."""
+    if ratio is None:
+        return loc + student_noise(sigma, nu, np.shape(loc), rng)
+    return exgauss_draws(loc, sigma, ratio * sigma * share, rng)
+
+
 def stored_groups(design, metrics: tuple[str, ...], post, nu: float | None, rng) -> dict:
     """``log_metric``'s pointwise log likelihood and posterior predictive of the fitted rows,
     (chain, draw, metric_obs), from the posterior's own shares and ``mu`` — the density the
@@ -378,12 +387,11 @@ def stored_groups(design, metrics: tuple[str, ...], post, nu: float | None, rng)
     )
     sigma = post["metric_sigma"].values[..., m] * np.exp(table["log_w"].to_numpy(float))
     y = table["log_y"].to_numpy(float)
-    if nu is None:
-        excess = post["metric_excess"].values[..., m] * sigma  # in units of the row's scale
-        share = table["excess"].to_numpy(float)
-        ll = log_metric_density(y, loc, sigma, excess, share)
-        pp = exgauss_draws(loc, sigma, excess * share, rng)
-    else:
+    share = table["excess"].to_numpy(float)
+    ratio = post["metric_excess"].values[..., m] if nu is None else None
+    if ratio is None:
         ll = stats.t.logpdf(y, nu, loc=loc, scale=sigma)
-        pp = loc + student_noise(sigma, nu, loc.shape, rng)
+    else:  # the excess is in units of the row's noise scale
+        ll = log_metric_density(y, loc, sigma, ratio * sigma, share)
+    pp = measurement_draws(loc, sigma, ratio, share, nu, rng)
     return {"log_likelihood": ll, "posterior_predictive": pp, "observed": y, "table": table}
