@@ -8,15 +8,15 @@ Usage::
 The fit is the demo's (``specbayes fit data/demo.parquet --model sd``: Llama-3.1-8B on one
 H100, EAGLE-3 head); its k-table (:func:`specbayes.control.k_table`, alphas 0.30-0.95 x
 0-40 req/s) drives a :class:`specbayes.control.KController` (its default
-:class:`~specbayes.control.ControllerConfig`: request rate over 30 s, or since a change of it;
-acceptance over 5 s; 60 s dwell before a switch that raises the utilisation; 3 % margin,
+:class:`~specbayes.control.ControllerConfig`: request rate over 30 s and acceptance over 5 s,
+each since a change of it; 60 s dwell before a switch that raises the utilisation; 3 % margin,
 near-ties to the lower utilisation) on the 256 x 256 workload of the simulator that made the
 demo. Each trace
 (:func:`specbayes.sim.trace.trace`, 900 s around 7 req/s, acceptance 0.75 falling to 0.5
 half-way: a prompt-mix change) is served by
 
-* ``controller`` — asked at every counter scrape (``--epoch``, 5 s; a table lookup), starting
-  at the batch-1 best k;
+* ``controller`` — asked at every counter scrape (``--epoch``, 1 s: a serving stack polling
+  vLLM's ``/metrics``; a table lookup), starting at the batch-1 best k;
 * ``best fixed`` — every k in 0..7 served, the lowest mean latency kept (hindsight);
 * ``batch-1 best`` — the k the table gives at 0 req/s and the starting acceptance;
 * ``goodput`` — a SmartSpec-style chooser (Liu et al., arXiv 2406.14066) inside the engine:
@@ -51,6 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 VERIFIER, HARDWARE, DRAFTER, CELL = "Llama-3.1-8B", "H100-SXM", "EAGLE3-Llama-3.1-8B", (256, 256)
 TRACES = ("bursts", "ramp", "modulated")
 BASE, ALPHA, SHIFT, DURATION = 7.0, 0.75, 0.5, 900.0
+EPOCH = 1.0  # s between scrapes, and decisions
 
 
 def table(fit_path: str | None):
@@ -66,7 +67,7 @@ def table(fit_path: str | None):
     return control.k_table(f, arm, rps=list(np.arange(0.0, 40.01, 2.5)), ks=range(0, 8))
 
 
-def run(tab, name: str, seed: int, epoch_s: float = 5.0) -> dict:
+def run(tab, name: str, seed: int, epoch_s: float = EPOCH) -> dict:
     from specbayes import control
     from specbayes.sim.trace import run_trace, trace
 
@@ -101,7 +102,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--fit", default=None, help="a saved sd fit of the demo (default: fit it)")
     ap.add_argument("--write", action="store_true", help="append the table to k_controller.md")
-    ap.add_argument("--epoch", type=float, default=5.0, help="decision period (s)")
+    ap.add_argument("--epoch", type=float, default=EPOCH, help="scrape and decision period (s)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     tab = table(args.fit)
@@ -115,7 +116,8 @@ def main() -> None:
     print(out)
     if args.write:
         cmd = f"nice .venv/bin/python benchmarks/k_controller.py --seeds {args.seeds}"
-        cmd += f" --epoch {args.epoch:g}" if args.epoch != 5.0 else ""
+        cmd += f" --fit {args.fit}" if args.fit else ""
+        cmd += f" --epoch {args.epoch:g}" if args.epoch != EPOCH else ""
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         with open(Path(__file__).with_suffix(".md"), "a") as fh:
             fh.write(f"\n### {stamp}\n\nCommand: `{cmd} --write` "

@@ -260,33 +260,50 @@ def arrival_rate(window: Sequence[Sample], now: float, seconds: float = 30.0) ->
     return None if counted is None else counted[0] / counted[1]
 
 
+def _since_change(
+    exposure: np.ndarray, count: np.ndarray, z: float, least: float = 0.0
+) -> tuple[float, float]:
+    r"""(count, exposure) since the last change of a Poisson rate, from cumulative counts.
+
+    ``exposure`` and ``count`` are cumulative at successive scrapes (time and requests, or
+    speculative cycles and accepted draft tokens). A change point: the interior scrape that
+    splits them into two rates most unlike each other by the likelihood-ratio statistic
+    :math:`G = 2\,[n_1\log\frac{n_1}{\hat\lambda T_1} + n_2\log\frac{n_2}{\hat\lambda T_2}]`
+    (:math:`\hat\lambda` the whole span's rate), taken where :math:`G > z^2` (for one
+    split, about ``z`` standard deviations) and at least ``least`` exposure follows it; else
+    the whole span.
+    """
+    e, n = exposure - exposure[0], count - count[0]
+    whole = (float(n[-1]), float(e[-1]))
+    if len(e) < 3 or n[-1] <= 0 or e[-1] <= 0:
+        return whole
+    rate = n[-1] / e[-1]
+    n1, t1 = n[1:-1], e[1:-1]  # before each interior scrape, and after it
+    n2, t2 = n[-1] - n1, e[-1] - e[1:-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = 2.0 * (np.nan_to_num(n1 * np.log(n1 / (rate * t1)))
+                   + np.nan_to_num(n2 * np.log(n2 / (rate * t2))))  # fmt: skip
+    g = np.where((t2 >= least) & (t1 > 0) & (t2 > 0), g, 0.0)
+    j = int(np.argmax(g))
+    return (float(n2[j]), float(t2[j])) if g[j] > z * z else whole
+
+
 def recent_rate(
     window: Sequence[Sample], now: float, seconds: float = 30.0, z: float = 4.0
 ) -> float | None:
     r"""Requests per second since the rate last changed inside the last ``seconds``.
 
-    A change point: the scrape that splits the window's arrivals into two Poisson rates
-    most unlike each other, by the likelihood-ratio statistic
-    :math:`G = 2\,[n_1\log\frac{n_1}{\hat\lambda T_1} + n_2\log\frac{n_2}{\hat\lambda T_2}]`
-    (:math:`\hat\lambda` the window's rate). Where :math:`G > z^2` (for one split, about
-    ``z`` standard deviations), the rate after that scrape is read — a burst, or its end,
-    from its first scrape on, where the window's average would lag it by up to ``seconds``;
-    else the window's rate."""
+    The change point is the scrape that splits the window's arrivals into two Poisson rates
+    most unlike each other (:func:`_since_change`), where the evidence passes ``z``: a
+    burst, or its end, is read from its first scrape on, where the window's average would
+    lag it by up to ``seconds``; else the window's rate."""
     s = _span(window, now, seconds)
     if len(s) < 2 or s[-1].t <= s[0].t:
         return None
     t = np.array([x.t for x in s])
-    n = np.maximum.accumulate(np.array([x.requests for x in s]) - s[0].requests)
-    rate = float(n[-1] / (t[-1] - t[0]))
-    if len(s) < 3 or n[-1] <= 0:
-        return rate
-    n1, t1 = n[1:-1], t[1:-1] - t[0]  # before each interior scrape, and after it
-    n2, t2 = n[-1] - n1, t[-1] - t[1:-1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g = 2.0 * (np.nan_to_num(n1 * np.log(n1 / (rate * t1)))
-                   + np.nan_to_num(n2 * np.log(n2 / (rate * t2))))  # fmt: skip
-    j = int(np.argmax(g))
-    return float(n2[j] / t2[j]) if g[j] > z * z else rate
+    n = np.maximum.accumulate(np.array([x.requests for x in s]))
+    count, span = _since_change(t, n, z)
+    return count / span
 
 
 def in_flight(window: Sequence[Sample], now: float, seconds: float = 30.0) -> float | None:
@@ -297,30 +314,37 @@ def in_flight(window: Sequence[Sample], now: float, seconds: float = 30.0) -> fl
 
 
 def acceptance(
-    window: Sequence[Sample], now: float, seconds: float = 30.0, min_drafts: float = 100.0
+    window: Sequence[Sample],
+    now: float,
+    seconds: float = 30.0,
+    min_drafts: float = 100.0,
+    z: float = 4.0,
 ) -> float | None:
-    r"""Per-token acceptance alpha over the last ``seconds``, from the accepted draft tokens
-    per speculative cycle.
+    r"""Per-token acceptance alpha over the last ``seconds`` — since it last changed there —
+    from the accepted draft tokens per speculative cycle.
 
     Over the intervals run at one draft length k (the most recent k > 0 in the span), the
     mean acceptance length :math:`\ell = 1 + \Delta\text{accepted}/\Delta\text{drafts}` is
     :math:`E(\alpha, k)` under i.i.d. acceptance, inverted by
-    :func:`specbayes.laws.alpha_from_acceptance_length`. None when fewer than ``min_drafts``
-    cycles ran at that k in the span (dense decoding drafts nothing).
+    :func:`specbayes.laws.alpha_from_acceptance_length`. Where the accepted tokens per cycle
+    change inside the span (a new prompt mix; :func:`_since_change` with the cycles as the
+    exposure, evidence past ``z``, at least ``min_drafts`` cycles after the change) only
+    the cycles since the change count — read from the first scrape that shows it. None when
+    fewer than ``min_drafts`` cycles ran at that k in the span (dense decoding drafts
+    nothing).
     """
     s = _span(window, now, seconds)
     ks = [b.k for b in s[1:] if b.k > 0]
     if not ks:
         return None
     k = ks[-1]
-    drafts = accepted = 0.0
-    for a, b in itertools.pairwise(s):
-        if b.k == k:
-            drafts += max(b.drafts - a.drafts, 0.0)
-            accepted += max(b.accepted - a.accepted, 0.0)
-    if drafts < min_drafts:
+    steps = [(max(b.drafts - a.drafts, 0.0), max(b.accepted - a.accepted, 0.0))
+             for a, b in itertools.pairwise(s) if b.k == k]  # fmt: skip
+    drafts, accepted = np.cumsum([(0.0, 0.0), *steps], axis=0).T
+    if drafts[-1] < min_drafts:
         return None
-    per_cycle = min(max(accepted / drafts, 1e-6), float(k))  # within (0, k]
+    accepted_n, drafts_n = _since_change(drafts, accepted, z, least=min_drafts)
+    per_cycle = min(max(accepted_n / drafts_n, 1e-6), float(k))  # within (0, k]
     return float(laws.alpha_from_acceptance_length(1.0 + per_cycle, k))
 
 
@@ -334,8 +358,9 @@ class ControllerConfig:
         Sliding window of the request-rate and in-flight estimators (s): 30 s holds ~300
         arrivals at 10 req/s (a 6 % Poisson error).
     change_z : float
-        Evidence for a change of the request rate inside the window (:func:`recent_rate`,
-        about standard deviations): past it the rate since the change is read.
+        Evidence for a change of the request rate or of the acceptance inside its window
+        (:func:`recent_rate`, :func:`acceptance`; about standard deviations): past it the
+        rate, or the acceptance, since the change is read.
     alpha_window_s : float
         Sliding window of the acceptance estimator (s): a loaded server runs hundreds of
         speculative cycles a second, so 5 s pins alpha to ~0.01 and a change of prompt mix
@@ -411,7 +436,7 @@ def choose(
     within that margin of the fastest and, where that k runs at a higher utilisation than
     ``k`` at this load, waits ``min_dwell_s`` since the last switch.
     """
-    estimate = acceptance(window, now, config.alpha_window_s, config.min_drafts)
+    estimate = acceptance(window, now, config.alpha_window_s, config.min_drafts, config.change_z)
     alpha = alpha if estimate is None else estimate
     if table.load == "rps":
         load = recent_rate(window, now, config.window_s, config.change_z)

@@ -228,3 +228,42 @@ def test_near_ties_for_the_mean_go_to_the_lower_utilisation():
     assert not d.switched and d.k == 2
     # with no margin there are no near-ties: the fastest is taken
     assert control.choose(t, 4, 0.0, 0.7, 120.0, w, ControllerConfig(margin=0.0)).k == 2
+
+
+def test_acceptance_reads_a_change_of_prompt_mix_from_its_first_scrape():
+    # 1 s scrapes at k = 3, 1,700 cycles a second: acceptance 0.75, then 0.5 for the last
+    # second only — the 5 s window's average (~0.71) would hold the old mix for seconds
+    before = _stream(rate=21.0, alpha=0.75, k=3, seconds=10.0, step=1.0, cycles_per_s=1700.0)
+    last = before[-1]
+    after = _stream(rate=21.0, alpha=0.5, k=3, seconds=1.0, step=1.0, cycles_per_s=1700.0,
+                    start=last.t, requests=last.requests)  # fmt: skip
+    shifted = [replace(s, drafts=s.drafts + last.drafts, accepted=s.accepted + last.accepted)
+               for s in after[1:]]  # fmt: skip
+    w = before + shifted
+    assert control.acceptance(w, now=11.0, seconds=5.0) == pytest.approx(0.5, abs=1e-6)
+    # with no evidence demanded beyond any split the whole window is averaged
+    whole = control.acceptance(w, now=11.0, seconds=5.0, z=np.inf)
+    assert 0.65 < whole < 0.75
+    # a change needs min_drafts cycles after it: past one scrape's 1,700 the split moves a
+    # scrape back, to the last two seconds (one of each mix)
+    two = (laws.expected_tokens(0.75, 3) + laws.expected_tokens(0.5, 3)) / 2.0
+    assert control.acceptance(w, now=11.0, seconds=5.0, min_drafts=2000.0) == pytest.approx(
+        laws.alpha_from_acceptance_length(two, 3), abs=1e-6
+    )
+
+
+def test_acceptance_rarely_reads_a_change_in_a_steady_stream():
+    # i.i.d. acceptance 0.7 at k = 4, 300 cycles per 1 s scrape: the accepted tokens of a
+    # cycle are a truncated geometric, less dispersed than Poisson, so z = 4 rarely fires
+    rng = np.random.default_rng(46)
+    k, alpha, cycles = 4, 0.7, 300
+    run_lengths = np.minimum(rng.geometric(1.0 - alpha, size=(400, cycles)) - 1, k)
+    accepted = np.concatenate([[0.0], np.cumsum(run_lengths.sum(axis=1))])
+    w = [Sample(t=float(i), requests=7.0 * i, drafts=float(cycles * i), accepted=float(a), k=k)
+         for i, a in enumerate(accepted)]  # fmt: skip
+    est = np.array([control.acceptance(w[i - 5 : i + 1], float(i), 5.0) for i in range(5, 401)])
+    whole = np.array(
+        [control.acceptance(w[i - 5 : i + 1], float(i), 5.0, z=np.inf) for i in range(5, 401)]
+    )
+    assert np.mean(est != whole) < 0.01
+    assert np.abs(whole - alpha).max() < 0.03
