@@ -61,6 +61,20 @@ def test_anchored_design_dims(real_case):
     }
 
 
+def test_scaled_softplus_axis_is_a_bijection_with_its_jacobian():
+    """:class:`SoftplusTransform` at scale a: x = a softplus(u), log |dx/du| = log a + log
+    sigmoid(u); forward inverts backward."""
+    from specbayes.model_next.graph import SoftplusTransform
+
+    axis = SoftplusTransform(np.array([1e-3, 2e-3]))
+    u = np.array([-8.0, 1.5])
+    x = axis.backward(u).eval()
+    np.testing.assert_allclose(x, [1e-3, 2e-3] * np.log1p(np.exp(u)), rtol=1e-12)
+    np.testing.assert_allclose(axis.forward(x).eval(), u, rtol=1e-9)
+    jac = np.log([1e-3, 2e-3]) - np.log1p(np.exp(-u))
+    np.testing.assert_allclose(axis.log_jac_det(u).eval(), jac, rtol=1e-12)
+
+
 def test_pooled_design_dims(demo_subset):
     design = build_design(demo_subset)
     assert design.structure == "pooled"
@@ -73,6 +87,10 @@ def test_pooled_design_dims(demo_subset):
     assert model.named_vars_to_dims["cycle_overhead"] == ("draft_group",)
     plain = build_model(design, priors={"cycle_overhead": None})
     assert "cycle_overhead" not in plain.named_vars
+    # ... sampled on a softplus axis at the prior's median (linear above it), its prior kept
+    axis = model.rvs_to_transforms[model["cycle_overhead"]]
+    np.testing.assert_allclose(axis.scale, np.exp(merge_priors(None)["cycle_overhead"]["mu"]))
+    assert "cycle_overhead_softplus__" in model.initial_point()
     # no cost per sequence of a cycle (c2c) where the GPU's attention packs the GQA group
     assert "spec_seq_overhead" not in model.named_vars
     # every configuration is one sweep: the synchronous point joins its open-loop rates

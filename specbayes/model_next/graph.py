@@ -136,27 +136,35 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
 
 
 class SoftplusTransform(Transform):
-    r"""Positive values through :math:`x = \log(1 + e^u)`: the unconstrained axis of
-    ``noise_growth`` (its HalfNormal prior unchanged).
+    r"""Positive values through :math:`x = a \log(1 + e^u)` (scale :math:`a`, 1 unless
+    given): an unconstrained axis that is logarithmic below :math:`a` and linear above it.
+    The prior is unchanged; only the sampler's coordinate is.
 
-    With few rows :math:`\gamma`'s posterior reaches its prior's edge at 0 and also has a
-    steep upper side (the prior and the :math:`-\gamma\sum\log h` of the rows' scales).
-    Under the log transform that side is a super-exponential wall in :math:`u = \log\gamma`
-    (curvature :math:`\propto e^{2u}`) behind a long left tail that sets the step size:
-    NUTS' trajectories that reached it diverged (the rare single divergences of the
-    simulator small sweeps). Softplus keeps the left tail (:math:`x \approx e^u`) and is
-    linear on the right, where the posterior is then as Gaussian as in :math:`\gamma`."""
+    ``noise_growth`` (:math:`a = 1`): with few rows :math:`\gamma`'s posterior reaches its
+    prior's edge at 0 and also has a steep upper side (the prior and the
+    :math:`-\gamma\sum\log h` of the rows' scales). Under the log transform that side is a
+    super-exponential wall in :math:`u = \log\gamma` (curvature :math:`\propto e^{2u}`)
+    behind a long left tail that sets the step size: NUTS' trajectories that reached it
+    diverged (the rare single divergences of the simulator small sweeps). Softplus keeps the
+    left tail (:math:`x \approx e^u`) and is linear on the right, where the posterior is then
+    as Gaussian as in :math:`\gamma`.
+
+    ``cycle_overhead`` (:math:`a` = its prior median): see :func:`_cycle_overhead`."""
 
     name = "softplus"
 
+    def __init__(self, scale: float | np.ndarray = 1.0):
+        self.scale = scale
+
     def forward(self, value, *inputs):
-        return value + pt.log(-pt.expm1(-value))
+        x = value / self.scale
+        return x + pt.log(-pt.expm1(-x))
 
     def backward(self, value, *inputs):
-        return pt.softplus(value)
+        return self.scale * pt.softplus(value)
 
     def log_jac_det(self, value, *inputs):
-        return -pt.softplus(-value)
+        return np.log(self.scale) - pt.softplus(-value)
 
 
 SOFTPLUS = SoftplusTransform()
@@ -478,11 +486,25 @@ def _cycle_overhead(design: Design, pr: dict):
     (:func:`specbayes.laws.effective_costs`). Without it, a cycle at k = 0 costs a dense step
     (the paper's decomposition) and a fixed per-cycle cost is left to ``k c_{1d}`` and the
     sweeps' C1 deviations.
+
+    Sampled on a softplus axis scaled by the prior's median, :math:`c_{1c} = m\,
+    \mathrm{softplus}(u)` (:class:`SoftplusTransform`; the LogNormal prior is unchanged): the
+    rows pin :math:`c_{1c}` additively — an SD sweep's cycle pays
+    :math:`c_{1v} + c_{1c} + k c_{1d}`, its dense sweep's step :math:`c_{1v}`, so
+    :math:`c_{1c}` is a difference of well-measured costs of which it is a few per cent,
+    known to about the same precision in seconds whatever its size. Its posterior is then
+    near-Gaussian in seconds (skewness −0.04 to 0.31 at seed 6 of the held-out-cell test) and
+    left-skewed on the log axis (−0.46 to −1.17), most where it reaches towards 0: there the
+    log axis bent its ridge against :math:`\mu_{c_{1v}}` and :math:`c_{1d}` (correlations
+    −0.74, −0.43), which the mass matrix does not straighten, and ``cycle_overhead`` mixed
+    worst (bulk ESS 315; ``benchmarks/model_core.md``, 2026-12-06). The softplus axis is
+    linear above :math:`m` and logarithmic below it, where the prior's own tail decides.
     """
     prior = pr.get("cycle_overhead")
     if prior is None or not design.coords["draft_unit"] or design.level != "sd":
         return 0.0
-    c1c = pm.LogNormal("cycle_overhead", **prior, dims="draft_group")
+    axis = SoftplusTransform(np.exp(np.asarray(prior["mu"], float)))
+    c1c = pm.LogNormal("cycle_overhead", **prior, dims="draft_group", default_transform=axis)
     # dense sweeps take any draft group's value: effective_costs pays it only where k > 0
     return c1c[design.draft_group_of[np.maximum(design.sweep_draft, 0)]]
 
