@@ -76,10 +76,13 @@ Pooled structure (coefficients shared across sweeps)
         coefficients'.
     ``cell_coefs``
         Coefficients with a per-cell deviation beyond their trend; default the KV-bound
-        ``c2v``, ``c2d``. Measured on the demo (seed 1): with a deviation for ``c1p`` too,
-        11 divergences (``c1p`` is a small part of :math:`C_1`, a cell's rows do not pin it);
-        without ``c1p``, 9; without ``c1p, c1v, c1d``, still a ``c2p`` funnel; with
-        ``c2v, c2d`` only, 2 (benchmarks/model_core.md).
+        ``c2v``. ``("c2v", "c2d")`` gives the drafter's cost per token one too: on the paper
+        set's Qwen3-14B (two drafters) held-out 90 % coverage 0.845 → 0.873 and healthy
+        fold fits, but 1-2,998 divergences on the slow tests' simulated sets
+        (benchmarks/model_core.md, 2026-12-06). Measured on the demo at the first design
+        (seed 1): with a deviation for ``c1p`` too, 11 divergences (``c1p`` is a small part
+        of :math:`C_1`, a cell's rows do not pin it); without ``c1p``, 9; without ``c1p,
+        c1v, c1d``, still a ``c2p`` funnel; with ``c2v, c2d`` only, 2.
     ``centred_cells``
         Sample the cells' log coefficients themselves (``True``: the data pin each cell's
         coefficients, so the non-centred form is a funnel in ``cell_sd``) or their
