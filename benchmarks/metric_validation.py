@@ -86,17 +86,15 @@ def highest_unsaturated(data: pd.DataFrame) -> np.ndarray:
     return (ok & (load == load.groupby(keys).transform("max"))).to_numpy()
 
 
-PRIORS: dict | None = None  # prior overrides of every fit (``--priors``)
-
-
-def fit_and_predict(data: pd.DataFrame, held: np.ndarray, metrics, label: str):
-    """Fit on ``~held``, predict every metric on the held-out unsaturated rows."""
+def fit_and_predict(data: pd.DataFrame, held: np.ndarray, metrics, label: str, priors=None):
+    """Fit on ``~held`` (prior overrides ``priors``), predict every metric on the held-out
+    unsaturated rows."""
     from specbayes.fit import fit
 
     train = data[~held]
     test = data[held & ~data["saturated"].astype(bool).to_numpy()].reset_index(drop=True)
     t0 = time.perf_counter()
-    result = fit(train, "sd", metrics=metrics, priors=PRIORS, progress=False)
+    result = fit(train, "sd", metrics=metrics, priors=priors, progress=False)
     preds = heldout_metrics(result, test)
     ids = test[["cell", "drafter", "k", "concurrency"]].iloc[preds["row"].to_numpy()]
     preds = pd.concat([ids.reset_index(drop=True), preds.drop(columns="row")], axis=1)
@@ -117,10 +115,10 @@ def fit_and_predict(data: pd.DataFrame, held: np.ndarray, metrics, label: str):
     return preds.assign(fold=label), health
 
 
-def alternate(data: pd.DataFrame, metrics, name: str):
+def alternate(data: pd.DataFrame, metrics, name: str, priors=None):
     """Two folds: odd, then even load positions held out in every sweep."""
     rank = load_rank(data).to_numpy()
-    out = [fit_and_predict(data, rank % 2 == r, metrics, f"{name} {p}")
+    out = [fit_and_predict(data, rank % 2 == r, metrics, f"{name} {p}", priors)
            for r, p in ((1, "odd"), (0, "even"))]  # fmt: skip
     return pd.concat([p for p, _ in out], ignore_index=True), [h for _, h in out]
 
@@ -145,12 +143,12 @@ def main() -> None:
     ap.add_argument("--skip-sim", action="store_true", help="data/real only")
     ap.add_argument("--priors", type=json.loads, default=None, help="prior overrides (JSON)")
     args = ap.parse_args()
-    global PRIORS
-    PRIORS = args.priors
     t0, commit = time.perf_counter(), _git("rev-parse", "--short", "HEAD")
     real = validate_sweeps(read_sweeps(REAL)).data.reset_index(drop=True)
-    real_preds, health = alternate(real, REAL_METRICS, "real")
-    top, h = fit_and_predict(real, highest_unsaturated(real), REAL_METRICS, "real highest")
+    real_preds, health = alternate(real, REAL_METRICS, "real", args.priors)
+    top, h = fit_and_predict(
+        real, highest_unsaturated(real), REAL_METRICS, "real highest", args.priors
+    )
     health.append(h)
     top = top[top.metric == "ttft_p99"].assign(ratio=lambda t: t.predicted / t.observed)
     top = top.assign(within_25=(top.ratio - 1).abs() <= 0.25)
@@ -162,7 +160,7 @@ def main() -> None:
     ]
     if not args.skip_sim:
         sim = validate_sweeps(simulate()).data.reset_index(drop=True)
-        sim_preds, hs = alternate(sim, SIM_METRICS, "sim")
+        sim_preds, hs = alternate(sim, SIM_METRICS, "sim", args.priors)
         health += hs
         sections += [
             "## simulated: held-out load points (odd / even positions, two fits)",

@@ -786,9 +786,7 @@ class NextFit:
             "excluded_data": _frame_to_dataset(self.excluded, "excluded_row"),
         }
         if self.metrics:  # the metrics' own density (metrics.metric_likelihood)
-            pr = merge_priors(self.config.get("priors"))
-            nu = pr["metric_nu"] if pr["metric_excess"] is None else None
-            g = stored_groups(d, self.metrics, post, nu, rng)
+            g = stored_groups(d, self.metrics, post, merge_priors(self.config.get("priors")), rng)
             mdims, mcoords = ("chain", "draw", "metric_obs"), {"metric_obs": g["table"].index}
             for group, values in (("log_likelihood", g["log_likelihood"]),
                                   ("posterior_predictive", g["posterior_predictive"])):  # fmt: skip

@@ -369,11 +369,12 @@ def measurement_draws(loc, sigma, ratio, share, nu: float, rng) -> np.ndarray:
     return exgauss_draws(loc, sigma, ratio * sigma * share, rng)
 
 
-def stored_groups(design, metrics: tuple[str, ...], post, nu: float | None, rng) -> dict:
+def stored_groups(design, metrics: tuple[str, ...], post, pr: dict, rng) -> dict:
     """``log_metric``'s pointwise log likelihood and posterior predictive of the fitted rows,
     (chain, draw, metric_obs), from the posterior's own shares and ``mu`` — the density the
-    sampler used (:func:`metric_likelihood`): Student-t with ``nu`` degrees of freedom, or
-    (``nu`` None) the excess form, :func:`log_metric_density`."""
+    sampler used (:func:`metric_likelihood`) under the fit's merged priors ``pr``:
+    Student-t with ``metric_nu`` degrees of freedom, or (``metric_excess`` set) the excess
+    form, :func:`log_metric_density`."""
     from scipy import stats
 
     table = long_table(design.data, metrics)
@@ -388,10 +389,10 @@ def stored_groups(design, metrics: tuple[str, ...], post, nu: float | None, rng)
     sigma = post["metric_sigma"].values[..., m] * np.exp(table["log_w"].to_numpy(float))
     y = table["log_y"].to_numpy(float)
     share = table["excess"].to_numpy(float)
-    ratio = post["metric_excess"].values[..., m] if nu is None else None
+    ratio = None if pr["metric_excess"] is None else post["metric_excess"].values[..., m]
     if ratio is None:
-        ll = stats.t.logpdf(y, nu, loc=loc, scale=sigma)
+        ll = stats.t.logpdf(y, pr["metric_nu"], loc=loc, scale=sigma)
     else:  # the excess is in units of the row's noise scale
         ll = log_metric_density(y, loc, sigma, ratio * sigma, share)
-    pp = measurement_draws(loc, sigma, ratio, share, nu, rng)
+    pp = measurement_draws(loc, sigma, ratio, share, pr["metric_nu"], rng)
     return {"log_likelihood": ll, "posterior_predictive": pp, "observed": y, "table": table}
