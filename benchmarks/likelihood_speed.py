@@ -1,18 +1,20 @@
-"""Gradient cost: the compiled rows' likelihood against the graph written with ``laws``.
+"""Gradient cost: the rows' density as one compiled pass against the same density in PyTensor.
 
 Usage::
 
-    nice .venv/bin/python benchmarks/likelihood_speed.py --verifiers Qwen3-8B,Llama-3.1-8B
+    nice .venv/bin/python benchmarks/likelihood_speed.py --verifiers Qwen3-8B
     nice .venv/bin/python benchmarks/likelihood_speed.py --verifiers all --write
 
-On the paper set's dense verifiers (``data/paper.parquet``, the rows :func:`specbayes.fit.fit`
-keeps), in one process: the ``sd`` model's log density and its gradient compiled with
-PyTensor's numba backend (nutpie's default) for :attr:`LatencyModel.model` (the observed
-``latency`` built from :mod:`specbayes.laws`) and :attr:`LatencyModel.sampling_model` (the
-same density as one :class:`specbayes.likelihood.RowLogLikelihood` term), evaluated at the
-fit's start (:meth:`LatencyModel.feasible_start`). Reports the median time per evaluation
-over ``--repeats`` rounds of ``--calls`` calls, alternating the two, and checks that both
-give the same log density. Every NUTS leapfrog step is one such evaluation.
+On the paper set's dense verifiers (``data/paper.parquet``, the rows a fit keeps), in one
+process: the default core's ``sd`` model (:func:`specbayes.model_next.build_model`) with the
+observed rows' collapsed density written as :class:`specbayes.model_next.rows.CollapsedRows`
+(``graph.COMPILED_ROWS = True``, the default) and written with PyTensor
+(:func:`specbayes.model_next.likelihood.collapsed_logp` of the graph's mean and noise scale,
+``False``); each model's log density and gradient compiled with PyTensor's numba backend
+(nutpie's), evaluated at the model's initial point. Reports the median time per evaluation
+over ``--repeats`` rounds of ``--calls`` calls, alternating the two, the time of the priors'
+terms alone (what neither form changes), and checks that both give the same log density.
+Every NUTS leapfrog step is one such evaluation.
 """
 
 from __future__ import annotations
@@ -30,87 +32,77 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
+def compiled(model, terms=None):
+    """The model's log density (of ``terms``; all by default) and gradient, numba, and the
+    initial point in the sampler's coordinates."""
+    import pytensor
+
+    values = model.value_vars
+    lp = model.logp(vars=terms)
+    fn = pytensor.function(values, [lp, *pytensor.grad(lp, values, disconnected_inputs="ignore")],
+                           mode="NUMBA", on_unused_input="ignore")  # fmt: skip
+    point = model.initial_point()
+    return fn, [point[v.name] for v in values]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--verifiers", default="Qwen3-8B,Llama-3.1-8B", help="comma list or 'all'")
+    ap.add_argument("--verifiers", default="Qwen3-8B", help="comma list or 'all'")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--write", action="store_true", help="append the result to the .md file")
     args = ap.parse_args(argv)
 
-    import pytensor
-    import pytensor.tensor as pt
     from fit_speed import load_case
 
-    from specbayes.fit import _prepare
-    from specbayes.model import LatencyModel, build_design
+    from specbayes.model_next import graph
+    from specbayes.model_next.design import build_design
+    from specbayes.model_next.fitted import prepare_table
 
     df = load_case("paper-dense")
     if args.verifiers != "all":
         df = df[df["verifier"].isin(args.verifiers.split(","))]
-    data, _ = _prepare(df, "sd")
-    t0 = time.perf_counter()
-    lm = LatencyModel(build_design(data, "sd"))
-    start = lm.feasible_start()
-    setup = time.perf_counter() - t0
-    print(f"{len(data)} rows; least squares + start {setup:.0f} s", flush=True)
-
-    fns, points = {}, {}
-    for name in ("model", "sampling_model"):
-        m = getattr(lm, name)
-        point = m.initial_point()
-        for rv in m.free_RVs:  # the start, in the sampler's (transformed) coordinates
-            value = m.rvs_to_values[rv]
-            if rv.name in start:
-                tr = m.rvs_to_transforms.get(rv)
-                v = start[rv.name]
-                point[value.name] = (
-                    tr.forward(pt.as_tensor(v), *rv.owner.inputs).eval() if tr else v
-                )
-        lp = m.logp()
+    design = build_design(prepare_table(df, "sd"), "sd")
+    fns = {}
+    for name, flag in (("graph", False), ("compiled", True)):
+        graph.COMPILED_ROWS = flag
+        model = graph.build_model(design)
         t0 = time.perf_counter()
-        fns[name] = pytensor.function(m.value_vars, [lp, *pt.grad(lp, m.value_vars)], mode="NUMBA")
-        points[name] = [point[v.name] for v in m.value_vars]
-        out = fns[name](*points[name])
-        print(f"{name}: compile {time.perf_counter() - t0:.0f} s, logp {out[0]:.6f}", flush=True)
-    same = np.isclose(
-        fns["model"](*points["model"])[0],
-        fns["sampling_model"](*points["sampling_model"])[0],
-        rtol=1e-10,
-    )
+        fns[name] = compiled(model)
+        print(f"{name}: compile {time.perf_counter() - t0:.1f} s, "
+              f"logp {fns[name][0](*fns[name][1])[0]:.6f}", flush=True)  # fmt: skip
+    fns["priors"] = compiled(model, model.free_RVs)
+    graph.COMPILED_ROWS = True
+    same = np.isclose(fns["graph"][0](*fns["graph"][1])[0],
+                      fns["compiled"][0](*fns["compiled"][1])[0], rtol=1e-10)  # fmt: skip
 
-    times: dict[str, list[float]] = {"model": [], "sampling_model": []}
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(args.repeats):
-        for name, fn in fns.items():
+        for name, (fn, point) in fns.items():
             t0 = time.perf_counter()
             for _ in range(args.calls):
-                fn(*points[name])
+                fn(*point)
             times[name].append((time.perf_counter() - t0) / args.calls * 1e3)
-    graph, kernel = (statistics.median(times[n]) for n in ("model", "sampling_model"))
+    ms = {name: statistics.median(t) for name, t in times.items()}
     line = (
-        f"| {args.verifiers} | {len(data)} | {graph:.2f} | {kernel:.2f} | "
-        f"{graph / kernel:.1f}× | {'yes' if same else 'NO'} |"
+        f"| {args.verifiers} | {len(design.load):,} | {len(design.coords['sweep']):,} | "
+        f"{ms['graph']:.2f} | {ms['compiled']:.2f} | {ms['graph'] / ms['compiled']:.2f}× | "
+        f"{ms['priors']:.2f} | {'yes' if same else 'NO'} |"
     )
-    print("| verifiers | rows | graph ms | compiled ms | ratio | same logp |")
-    print("|---|---|---|---|---|---|")
-    print(line)
+    head = ("| verifiers | rows | sweeps | graph ms | compiled ms | ratio | priors alone ms "
+            "| same logp |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+    print(head + "\n" + line)
     if args.write:
         md = REPO / "benchmarks" / "likelihood_speed.md"
-        head = (
-            f"\n### {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-            f"{platform.machine()}, python {platform.python_version()}\n\n"
-            f"`benchmarks/likelihood_speed.py --verifiers {args.verifiers} --repeats "
-            f"{args.repeats} --calls {args.calls}`; milliseconds per log density + gradient "
-            "(numba), median of the repeats.\n\n"
-            "| verifiers | rows | graph ms | compiled ms | ratio | same logp |\n"
-            "|---|---|---|---|---|---|\n"
-        )
-        if not md.exists():
-            md.write_text(
-                "# Gradient cost of the rows' likelihood\n\nSee the script's docstring.\n"
-            )
         with md.open("a") as f:
-            f.write(head + line + "\n")
+            f.write(
+                f"\n### {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+                f"{platform.machine()}, python {platform.python_version()} — the default core\n\n"
+                f"`nice .venv/bin/python benchmarks/likelihood_speed.py --verifiers "
+                f"{args.verifiers} --repeats {args.repeats} --calls {args.calls} --write`; "
+                "milliseconds per log density + gradient (numba), median of the repeats.\n\n"
+                f"{head}\n{line}\n"
+            )
 
 
 if __name__ == "__main__":

@@ -106,6 +106,9 @@ def jax_chain_method(chains: int) -> str:
             "with `pip install specbayes[jax]`, or use sampler 'nutpie' or 'pymc'"
         ) from exc
     _register_jax_erfcx()
+    from specbayes.model_next.rows import register_jax
+
+    register_jax()
     if jax.local_device_count() >= chains:
         return "parallel"
     return "sequential" if jax.default_backend() == "cpu" else "vectorized"

@@ -28,6 +28,7 @@ outside the prior's support, not a NaN.
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -46,6 +47,7 @@ from specbayes.model_next.likelihood import (
 )
 from specbayes.model_next.metrics import check_metrics, metric_likelihood
 from specbayes.model_next.priors import group_level_prior, merge_priors, spec_seq_prior
+from specbayes.model_next.rows import rows_logp, rows_random
 from specbayes.model_next.truncated import TruncatedNormal
 
 #: Held while :func:`build_model` builds a model. Two models built at once in one process (a
@@ -54,6 +56,12 @@ from specbayes.model_next.truncated import TruncatedNormal
 #: optimised start to another local optimum — so their draws depended on the threads' timing
 #: (``benchmarks/model_core.md``, 2026-12-05). Sampling, the long part, is not held.
 _BUILD_LOCK = threading.Lock()
+
+#: Write the observed rows' density, where the law has no batch curvature or knee, as one
+#: compiled pass over the rows (:mod:`specbayes.model_next.rows`: on the paper set's dense
+#: verifiers 1.5x faster per gradient, ``benchmarks/likelihood_speed.md``); ``False`` writes
+#: the same density with PyTensor (what the benchmark compares it with).
+COMPILED_ROWS = True
 
 
 def build_model(design: Design, priors: dict | None = None, metrics: tuple = ()) -> pm.Model:
@@ -118,18 +126,22 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
                 log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed, c3_row, softness),
                 dims="obs",
             )
-        pm.CustomDist(
-            "log_latency",
-            mu,
-            log_row_scale(scale_mu, log_c1[sweep], growth, log_count),
-            pt.as_tensor(np.float64(pr["noise"]["alpha"])),
-            pt.as_tensor(np.float64(pr["noise"]["beta"])),
-            logp=collapsed_logp,
-            random=collapsed_random,
-            signature="(n),(n),(),()->(n)",
-            observed=design.log_latency,
-            dims="obs",
-        )
+        a, b = (pt.as_tensor(np.float64(pr["noise"][p])) for p in ("alpha", "beta"))
+        if COMPILED_ROWS and c3 is None and knee is None:
+            # the law alone: the same density in one compiled pass over the rows (rows.py)
+            rows = dict(sweep=sweep, load=load, closed=closed)
+            data = dict(sweep=design.obs_sweep, load=design.load, closed=design.obs_closed)
+            pm.CustomDist(
+                "log_latency", log_c1, log_c2, growth, log_count, a, b,
+                logp=partial(rows_logp, **rows), random=partial(rows_random, **data),
+                signature="(s),(s),(),(n),(),()->(n)", observed=design.log_latency, dims="obs",
+            )  # fmt: skip
+        else:
+            pm.CustomDist(
+                "log_latency", mu, log_row_scale(scale_mu, log_c1[sweep], growth, log_count),
+                a, b, logp=collapsed_logp, random=collapsed_random,
+                signature="(n),(n),(),()->(n)", observed=design.log_latency, dims="obs",
+            )  # fmt: skip
         if metrics:
             metric_likelihood(design, pr, check_metrics(metrics), log_c1, log_c2, mu)
     return model
