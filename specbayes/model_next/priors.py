@@ -91,11 +91,13 @@ Pooled structure (coefficients shared across sweeps)
         coefficients centred, or a dict of coefficients to centring weights in [0, 1], a
         weight between partly centred (:func:`cell_centring`,
         :func:`specbayes.model_next.graph._cell_level`); names left out are non-centred.
-        Default ``{"c2v": 1.0, "c2d": 0.5}``: a cell's ``c2d`` is identified only by the
-        k-dependence of its SD sweeps, and on the slow tests' simulated sets its
-        posterior deviation kept 75–100 % of ``cell_sd`` (centred: 1–2,998 divergences;
-        non-centred: none, but bulk ESS 367–390 of ``cell_sd[c2d]``; 0.5: 808–858,
-        ``benchmarks/model_core.md``).
+        Default ``{"c2v": 1.0, "c2d": 0.75}``: a cell's ``c2d`` is identified only by the
+        k-dependence of its SD sweeps (its posterior deviation keeps 70–100 % of
+        ``cell_sd``). Centred, the 24 draft cells of the slow tests' three-verifier set
+        outweigh ``cell_sd``'s log-normal prior near 0 (two chains sat there: 1,597
+        divergences); non-centred, the demo diverged at large ``cell_sd`` (6) and the
+        simulated sets mixed it slowly (bulk ESS 367–390); 0.5 still left the demo 5
+        divergences; 0.75 is healthy on all (``benchmarks/model_core.md``, 2026-12-06).
     ``centred_sweeps``
         The same switch per sweep cost (``{"C1": bool, "C2": bool}``); non-centred by default:
         a sweep's rows pin its costs less tightly than the decomposition does.
@@ -264,7 +266,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "metric_nu": 4.0,
     "metric_excess": None,
     # parametrisation (a transform of the same model, not a different one)
-    "centred_cells": {"c2v": 1.0, "c2d": 0.5},
+    "centred_cells": {"c2v": 1.0, "c2d": 0.75},
     "centred_sweeps": {"C1": False, "C2": False},
     # coefficients with a per-cell deviation (the others follow their group and trend)
     "cell_coefs": ("c2v", "c2d"),
