@@ -78,8 +78,8 @@ Pooled structure (coefficients shared across sweeps)
         Coefficients with a per-cell deviation beyond their trend; default the KV-bound
         ``c2v`` and the drafter's cost per token ``c2d`` (since 2026-12-06: on the paper
         set's Qwen3-14B, two drafters, held-out 90 % coverage 0.845 → 0.873 and healthier
-        fold fits; healthy on the slow tests' simulated sets once ``c2d``'s cells are not
-        centred, ``centred_cells``; benchmarks/model_core.md). Measured on the demo at the
+        fold fits; healthy on the slow tests' simulated sets and the demo with ``c2d``'s
+        cells partly centred, ``centred_cells``; benchmarks/model_core.md). Measured on the demo at the
         first design (seed 1): with a deviation for ``c1p`` too, 11 divergences (``c1p`` is
         a small part of :math:`C_1`, a cell's rows do not pin it); without ``c1p``, 9;
         without ``c1p, c1v, c1d``, still a ``c2p`` funnel; with ``c2v, c2d`` only, 2.
@@ -92,7 +92,7 @@ Pooled structure (coefficients shared across sweeps)
         weight between partly centred (:func:`cell_centring`,
         :func:`specbayes.model_next.graph._cell_level`); names left out are non-centred.
         Default ``{"c2v": 1.0, "c2d": 0.75}``: a cell's ``c2d`` is identified only by the
-        k-dependence of its SD sweeps (its posterior deviation keeps 70–100 % of
+        k-dependence of its SD sweeps (its posterior deviation keeps about the spread of
         ``cell_sd``). Centred, the 24 draft cells of the slow tests' three-verifier set
         outweigh ``cell_sd``'s log-normal prior near 0 (two chains sat there: 1,597
         divergences); non-centred, the demo diverged at large ``cell_sd`` (6) and the
