@@ -79,10 +79,11 @@ Pooled structure (coefficients shared across sweeps)
         ``c2v`` and the drafter's cost per token ``c2d`` (since 2026-12-06: on the paper
         set's Qwen3-14B, two drafters, held-out 90 % coverage 0.845 → 0.873 and healthier
         fold fits; healthy on the slow tests' simulated sets and the demo with ``c2d``'s
-        cells partly centred, ``centred_cells``; benchmarks/model_core.md). Measured on the demo at the
-        first design (seed 1): with a deviation for ``c1p`` too, 11 divergences (``c1p`` is
-        a small part of :math:`C_1`, a cell's rows do not pin it); without ``c1p``, 9;
-        without ``c1p, c1v, c1d``, still a ``c2p`` funnel; with ``c2v, c2d`` only, 2.
+        cells partly centred, ``centred_cells``; benchmarks/model_core.md). Measured on the
+        demo at the first design (seed 1): with a deviation for ``c1p`` too, 11 divergences
+        (``c1p`` is a small part of :math:`C_1`, a cell's rows do not pin it); without
+        ``c1p``, 9; without ``c1p, c1v, c1d``, still a ``c2p`` funnel; with ``c2v, c2d``
+        only, 2.
     ``centred_cells``
         How each cell coefficient is sampled: its log coefficient itself (centred; where a
         cell's own rows pin the coefficient, the non-centred form is a funnel in
