@@ -266,6 +266,27 @@ def test_merge_priors():
         merge_priors({"nope": {}})
 
 
+def test_centred_cells_per_coefficient(demo_subset):
+    """``centred_cells`` weights each cell coefficient's centring (True: all centred, False:
+    none, a tuple: those centred, a dict: a weight each); one level may mix the forms."""
+    design = build_design(demo_subset)
+    model = build_model(design)  # default: c2v centred, c2d partly
+    dims = model.named_vars_to_dims
+    assert dims["cell_coef"] == ("unit", "coef_c_unit") and "cell_z" not in dims
+    assert dims["cell_z_draft"] == ("draft_unit", "coef_z_draft")
+    assert "cell_coef_draft" not in dims
+    every = build_model(design, {"centred_cells": True}).named_vars_to_dims
+    assert {"cell_coef", "cell_coef_draft"} <= set(every) and "cell_z_draft" not in every
+    mixed = build_model(design, {"cell_coefs": ("c2p", "c2v"), "centred_cells": ("c2v",)})
+    assert mixed.coords["coef_c_unit"] == ("c2v",) and mixed.coords["coef_z_unit"] == ("c2p",)
+    for m in (model, mixed):
+        pp = pm.sample_prior_predictive(50, model=m, random_seed=2)
+        assert np.isfinite(pp.prior_predictive["log_latency"].values).all()
+    for bad in ("c2v", ("c9x",), {"c2d": 1.5}, None):
+        with pytest.raises(ValueError, match="centred_cells"):
+            build_model(design, {"centred_cells": bad})
+
+
 def test_group_level_prior_from_the_roofline(demo_subset):
     """A catalog verifier's group level is centred at its roofline magnitudes (sd 1); an
     unknown verifier keeps the generic centre (sd 2)."""

@@ -46,7 +46,12 @@ from specbayes.model_next.likelihood import (
     log_row_scale,
 )
 from specbayes.model_next.metrics import check_metrics, metric_likelihood
-from specbayes.model_next.priors import group_level_prior, merge_priors, spec_seq_prior
+from specbayes.model_next.priors import (
+    cell_centring,
+    group_level_prior,
+    merge_priors,
+    spec_seq_prior,
+)
 from specbayes.model_next.rows import rows_logp, rows_random
 from specbayes.model_next.truncated import TruncatedNormal
 
@@ -580,30 +585,48 @@ def _cell_level(pr: dict, dim: str, names: list, mu, group: np.ndarray, trend, s
     :func:`~specbayes.model_next.hierarchy.log_coefficients` of its group level ``mu``, trend
     and — for the coefficients in ``cell_coefs`` — a cell deviation of scale ``cell_sd``.
 
-    Centred (``centred_cells``): the cell's log coefficient itself is sampled,
+    Centred (weight 1 in ``centred_cells``): the cell's log coefficient itself is sampled,
     :math:`\log c_{uj} \sim \mathcal N(\mu_{g(u)j} + \log(1 - w_j + w_j e^{t_{uj}}), s_j)`
     (``cell_coef``) — the quantity a cell's rows pin, so the data fix it whatever the group
     level and trend share do. Sampling the deviation :math:`d_{uj}` instead (``cell_dev``,
     before 2026-12-05) left every move of the trend share or the level to be compensated by
     all of a group's deviations at once: on the default tier's one-group set
     ``trend_logit[c2v]`` had posterior correlation 0.81 / −0.65 with two of them and was
-    the worst-mixing variable at every seed (``benchmarks/model_core.md``). Non-centred:
-    the standardised deviations (``cell_z``).
+    the worst-mixing variable at every seed (``benchmarks/model_core.md``). Weight
+    :math:`\lambda < 1` (``cell_z``): :math:`x_{uj} \sim \mathcal N(0, s_j^\lambda)`,
+    :math:`d_{uj} = s_j^{1 - \lambda} x_{uj}` — standardised deviations at 0, partly so
+    between (Papaspiliopoulos, Roberts & Sköld 2007), for a coefficient the rows pin
+    weakly, such as ``c2d``. One level may mix both.
     """
+    weight = cell_centring(pr)  # validates centred_cells even without cells
     deviating = [c for c in names if c in pr["cell_coefs"]]
     dev = pt.zeros((len(group), len(names)))
     if not deviating:
         return log_coefficients(mu, share, 0.0, dev, group, trend)
     suffix = "" if dim == "unit" else "_draft"
+    model = pm.Model.get_context()
+    centred = [c for c in deviating if weight[c] == 1.0]
+    free = [c for c in deviating if weight[c] < 1.0]
+    if free:
+        coord = f"coef_z{suffix or '_unit'}"
+        model.add_coord(coord, free)
+        cols = [names.index(c) for c in free]
+        lam = np.array([weight[c] for c in free])
+        if lam.any():
+            x = pm.Normal(f"cell_z{suffix}", 0.0, cell_sd[cols] ** lam, dims=(dim, coord))
+            z = x * cell_sd[cols] ** -lam  # log_coefficients scales it by s
+        else:
+            z = pm.Normal(f"cell_z{suffix}", 0.0, 1.0, dims=(dim, coord))
+        dev = pt.set_subtensor(dev[:, cols], z)
+    # the centred columns' deviations stay 0 here: their location is the trend
+    loc = log_coefficients(mu, share, cell_sd, dev, group, trend)
+    if not centred:
+        return loc
     coord = f"coef_c{suffix or '_unit'}"
-    pm.Model.get_context().add_coord(coord, deviating)
-    cols = [names.index(c) for c in deviating]
-    if pr["centred_cells"]:
-        loc = log_coefficients(mu, share, 0.0, dev, group, trend)
-        cell = pm.Normal(f"cell_coef{suffix}", loc[:, cols], cell_sd[cols], dims=(dim, coord))
-        return pt.set_subtensor(loc[:, cols], cell)
-    z = pm.Normal(f"cell_z{suffix}", 0.0, 1.0, dims=(dim, coord))
-    return log_coefficients(mu, share, cell_sd, pt.set_subtensor(dev[:, cols], z), group, trend)
+    model.add_coord(coord, centred)
+    cols = [names.index(c) for c in centred]
+    cell = pm.Normal(f"cell_coef{suffix}", loc[:, cols], cell_sd[cols], dims=(dim, coord))
+    return pt.set_subtensor(loc[:, cols], cell)
 
 
 def _sweep_alpha(design: Design, pr: dict):

@@ -76,17 +76,29 @@ Pooled structure (coefficients shared across sweeps)
         coefficients'.
     ``cell_coefs``
         Coefficients with a per-cell deviation beyond their trend; default the KV-bound
-        ``c2v``. ``("c2v", "c2d")`` gives the drafter's cost per token one too: on the paper
-        set's Qwen3-14B (two drafters) held-out 90 % coverage 0.845 → 0.873 and healthy
-        fold fits, but 1-2,998 divergences on the slow tests' simulated sets
-        (benchmarks/model_core.md, 2026-12-06). Measured on the demo at the first design
-        (seed 1): with a deviation for ``c1p`` too, 11 divergences (``c1p`` is a small part
-        of :math:`C_1`, a cell's rows do not pin it); without ``c1p``, 9; without ``c1p,
-        c1v, c1d``, still a ``c2p`` funnel; with ``c2v, c2d`` only, 2.
+        ``c2v`` and the drafter's cost per token ``c2d`` (since 2026-12-06: on the paper
+        set's Qwen3-14B, two drafters, held-out 90 % coverage 0.845 → 0.873 and healthier
+        fold fits; healthy on the slow tests' simulated sets and the demo with ``c2d``'s
+        cells partly centred, ``centred_cells``; benchmarks/model_core.md). Measured on the
+        demo at the first design (seed 1): with a deviation for ``c1p`` too, 11 divergences
+        (``c1p`` is a small part of :math:`C_1`, a cell's rows do not pin it); without
+        ``c1p``, 9; without ``c1p, c1v, c1d``, still a ``c2p`` funnel; with ``c2v, c2d``
+        only, 2.
     ``centred_cells``
-        Sample the cells' log coefficients themselves (``True``: the data pin each cell's
-        coefficients, so the non-centred form is a funnel in ``cell_sd``) or their
-        standardised deviations (``False``).
+        How each cell coefficient is sampled: its log coefficient itself (centred; where a
+        cell's own rows pin the coefficient, the non-centred form is a funnel in
+        ``cell_sd``) or its standardised deviation (non-centred; where they pin it weakly,
+        the centred form is the funnel). ``True``: all centred, ``False``: none, a tuple: the
+        coefficients centred, or a dict of coefficients to centring weights in [0, 1], a
+        weight between partly centred (:func:`cell_centring`,
+        :func:`specbayes.model_next.graph._cell_level`); names left out are non-centred.
+        Default ``{"c2v": 1.0, "c2d": 0.75}``: a cell's ``c2d`` is identified only by the
+        k-dependence of its SD sweeps (its posterior deviation keeps about the spread of
+        ``cell_sd``). Centred, the 24 draft cells of the slow tests' three-verifier set
+        outweigh ``cell_sd``'s log-normal prior near 0 (two chains sat there: 1,597
+        divergences); non-centred, the demo diverged at large ``cell_sd`` (6) and the
+        simulated sets mixed it slowly (bulk ESS 367–390); 0.5 still left the demo 5
+        divergences; 0.75 is healthy on all (``benchmarks/model_core.md``, 2026-12-06).
     ``centred_sweeps``
         The same switch per sweep cost (``{"C1": bool, "C2": bool}``); non-centred by default:
         a sweep's rows pin its costs less tightly than the decomposition does.
@@ -255,10 +267,10 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "metric_nu": 4.0,
     "metric_excess": None,
     # parametrisation (a transform of the same model, not a different one)
-    "centred_cells": True,
+    "centred_cells": {"c2v": 1.0, "c2d": 0.75},
     "centred_sweeps": {"C1": False, "C2": False},
     # coefficients with a per-cell deviation (the others follow their group and trend)
-    "cell_coefs": ("c2v",),
+    "cell_coefs": ("c2v", "c2d"),
 }
 
 
@@ -372,6 +384,35 @@ def _setting(design, sweeps) -> tuple[str, str, int, int | None]:
 #: ``metric_excess`` of ``specbayes fit --tail-excess``: the scale measured on ``data/real``
 #: and the simulated sweeps (``benchmarks/metric_model.md``).
 TAIL_EXCESS = 10.0
+
+
+def cell_centring(pr: dict) -> dict[str, float]:
+    """Centring weight of each of ``pr``'s cell coefficients (its ``centred_cells``): 1
+    centred, 0 non-centred (:func:`specbayes.model_next.graph._cell_level`).
+
+    Raises
+    ------
+    ValueError
+        If ``centred_cells`` is neither a bool, a tuple (list, set) of names in
+        :data:`COEFS` nor a dict of such names to weights in [0, 1].
+    """
+    centred = pr["centred_cells"]
+    weights = None
+    if isinstance(centred, (bool, np.bool_)):
+        weights = {}.fromkeys(COEFS, float(centred))
+    elif isinstance(centred, (tuple, list, set, frozenset)):
+        weights = {c: 1.0 for c in centred}
+    elif isinstance(centred, dict):
+        weights = centred
+    ok = weights is not None and all(
+        c in COEFS and isinstance(w, (int, float)) and 0.0 <= w <= 1.0 for c, w in weights.items()
+    )
+    if not ok:
+        raise ValueError(
+            "centred_cells must be a bool, a tuple of coefficient names or a dict of them to "
+            f"weights in [0, 1] (names in {COEFS}); got {centred!r}"
+        )
+    return {c: float(weights.get(c, 0.0)) for c in pr["cell_coefs"]}
 
 
 def merge_priors(priors: dict | None = None) -> dict:
