@@ -270,12 +270,13 @@ def test_centred_cells_per_coefficient(demo_subset):
     """``centred_cells`` weights each cell coefficient's centring (True: all centred, False:
     none, a tuple: those centred, a dict: a weight each); one level may mix the forms."""
     design = build_design(demo_subset)
-    model = build_model(design)  # default: c2v centred, c2d partly
+    partly = {"cell_coefs": ("c2v", "c2d"), "centred_cells": {"c2v": 1.0, "c2d": 0.75}}
+    model = build_model(design, partly)  # c2v centred, c2d partly
     dims = model.named_vars_to_dims
     assert dims["cell_coef"] == ("unit", "coef_c_unit") and "cell_z" not in dims
     assert dims["cell_z_draft"] == ("draft_unit", "coef_z_draft")
     assert "cell_coef_draft" not in dims
-    every = build_model(design, {"centred_cells": True}).named_vars_to_dims
+    every = build_model(design, {**partly, "centred_cells": True}).named_vars_to_dims
     assert {"cell_coef", "cell_coef_draft"} <= set(every) and "cell_z_draft" not in every
     mixed = build_model(design, {"cell_coefs": ("c2p", "c2v"), "centred_cells": ("c2v",)})
     assert mixed.coords["coef_c_unit"] == ("c2v",) and mixed.coords["coef_z_unit"] == ("c2p",)

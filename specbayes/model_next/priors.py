@@ -76,14 +76,17 @@ Pooled structure (coefficients shared across sweeps)
         coefficients'.
     ``cell_coefs``
         Coefficients with a per-cell deviation beyond their trend; default the KV-bound
-        ``c2v`` and the drafter's cost per token ``c2d`` (since 2026-12-06: on the paper
-        set's Qwen3-14B, two drafters, held-out 90 % coverage 0.845 → 0.873 and healthier
-        fold fits; healthy on the slow tests' simulated sets and the demo with ``c2d``'s
-        cells partly centred, ``centred_cells``; benchmarks/model_core.md). Measured on the
-        demo at the first design (seed 1): with a deviation for ``c1p`` too, 11 divergences
-        (``c1p`` is a small part of :math:`C_1`, a cell's rows do not pin it); without
-        ``c1p``, 9; without ``c1p, c1v, c1d``, still a ``c2p`` funnel; with ``c2v, c2d``
-        only, 2.
+        ``c2v``. ``("c2v", "c2d")`` gives the drafter's cost per token one too: on the paper
+        set's Qwen3-14B (two drafters, ~800 rows a cell) with its cells centred
+        (``centred_cells=True``) held-out 90 % coverage 0.845 → 0.873 and healthy fold fits
+        (bulk ESS 564–741); on the slow tests' simulated sets (a few dozen rows a cell) the
+        centred ``c2d`` cells diverge (1,597 on three verifiers) and need ``centred_cells``
+        ``{"c2v": 1.0, "c2d": 0.75}`` — which on Qwen3-14B mixes badly (ESS 47–104). Not the
+        default while no one parametrisation is healthy on both (benchmarks/model_core.md,
+        2026-12-06). Measured on the demo at the first design (seed 1): with a deviation for
+        ``c1p`` too, 11 divergences (``c1p`` is a small part of :math:`C_1`, a cell's rows do
+        not pin it); without ``c1p``, 9; without ``c1p, c1v, c1d``, still a ``c2p`` funnel;
+        with ``c2v, c2d`` only, 2.
     ``centred_cells``
         How each cell coefficient is sampled: its log coefficient itself (centred; where a
         cell's own rows pin the coefficient, the non-centred form is a funnel in
@@ -92,13 +95,13 @@ Pooled structure (coefficients shared across sweeps)
         coefficients centred, or a dict of coefficients to centring weights in [0, 1], a
         weight between partly centred (:func:`cell_centring`,
         :func:`specbayes.model_next.graph._cell_level`); names left out are non-centred.
-        Default ``{"c2v": 1.0, "c2d": 0.75}``: a cell's ``c2d`` is identified only by the
-        k-dependence of its SD sweeps (its posterior deviation keeps about the spread of
-        ``cell_sd``). Centred, the 24 draft cells of the slow tests' three-verifier set
-        outweigh ``cell_sd``'s log-normal prior near 0 (two chains sat there: 1,597
-        divergences); non-centred, the demo diverged at large ``cell_sd`` (6) and the
-        simulated sets mixed it slowly (bulk ESS 367–390); 0.5 still left the demo 5
-        divergences; 0.75 is healthy on all (``benchmarks/model_core.md``, 2026-12-06).
+        Default ``True``. For ``c2d`` (see ``cell_coefs``), which a cell's rows identify only
+        by the k-dependence of its SD sweeps: centred, the 24 draft cells of the slow tests'
+        three-verifier set outweigh ``cell_sd``'s log-normal prior near 0 (two chains sat
+        there: 1,597 divergences); non-centred, the demo diverged at large ``cell_sd`` (6)
+        and the simulated sets mixed it slowly (bulk ESS 367–390); 0.5 left the demo 5
+        divergences; 0.75 is healthy on those sets and the demo, but not on the paper's
+        Qwen3-14B, whose ~800 rows a cell pin it (``benchmarks/model_core.md``, 2026-12-06).
     ``centred_sweeps``
         The same switch per sweep cost (``{"C1": bool, "C2": bool}``); non-centred by default:
         a sweep's rows pin its costs less tightly than the decomposition does.
@@ -267,10 +270,10 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "metric_nu": 4.0,
     "metric_excess": None,
     # parametrisation (a transform of the same model, not a different one)
-    "centred_cells": {"c2v": 1.0, "c2d": 0.75},
+    "centred_cells": True,
     "centred_sweeps": {"C1": False, "C2": False},
     # coefficients with a per-cell deviation (the others follow their group and trend)
-    "cell_coefs": ("c2v", "c2d"),
+    "cell_coefs": ("c2v",),
 }
 
 
