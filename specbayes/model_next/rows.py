@@ -20,8 +20,8 @@ elementwise kernels and scatter-adds back, each a pass over every row. :class:`C
 (on the paper set's seven dense verifiers, 59,040 rows: 2.87 ms per log density and gradient
 of the whole model against 4.27 ms; ``benchmarks/likelihood_speed.md``) computes the sum and
 its gradient with respect to the sweeps' :math:`\log C_1, \log C_2` and :math:`\gamma` in
-one loop over the rows (numba), accumulating :math:`\partial\sum r^2` and :math:`\partial\sum\log w` per sweep
-and combining them at the end:
+one loop over the rows (numba), accumulating :math:`\partial\sum r^2` and
+:math:`\partial\sum\log w` per sweep and combining them at the end:
 
 .. math::
 
