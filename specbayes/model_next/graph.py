@@ -611,13 +611,9 @@ def _cell_level(pr: dict, dim: str, names: list, mu, group: np.ndarray, trend, s
         coord = f"coef_z{suffix or '_unit'}"
         model.add_coord(coord, free)
         cols = [names.index(c) for c in free]
-        lam = np.array([weight[c] for c in free])
-        if lam.any():
-            x = pm.Normal(f"cell_z{suffix}", 0.0, cell_sd[cols] ** lam, dims=(dim, coord))
-            z = x * cell_sd[cols] ** -lam  # log_coefficients scales it by s
-        else:
-            z = pm.Normal(f"cell_z{suffix}", 0.0, 1.0, dims=(dim, coord))
-        dev = pt.set_subtensor(dev[:, cols], z)
+        lam = np.array([weight[c] for c in free])  # 0: the plain standardised deviation
+        x = pm.Normal(f"cell_z{suffix}", 0.0, cell_sd[cols] ** lam, dims=(dim, coord))
+        dev = pt.set_subtensor(dev[:, cols], x * cell_sd[cols] ** -lam)  # scaled by s below
     # the centred columns' deviations stay 0 here: their location is the trend
     loc = log_coefficients(mu, share, cell_sd, dev, group, trend)
     if not centred:
