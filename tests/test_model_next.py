@@ -300,20 +300,28 @@ def test_group_level_prior_from_the_roofline(demo_subset):
     design = build_design(demo_subset)
     _, centre = trend_covariates(*_unit_workload(design), design.coords["coef"])
     prior = group_level_prior(design, pr, centre)
-    (loc, scale), (loc_d, scale_d, relative) = prior["verifier"], prior["drafter"]
+    (loc, scale), (loc_d, scale_d, relative, catalogued) = prior["verifier"], prior["drafter"]
     expect = roofline_centres("Llama-3.1-8B", "H100-SXM", "EAGLE3-Llama-3.1-8B", 506.0, 1024.0)
     assert loc[0, 1] == pytest.approx(np.log(expect["c1v"]), abs=0.05)
     assert loc_d[0, 0] == pytest.approx(np.log(expect["c1d"]), abs=0.05)
     assert (scale == pr["coef_mu_roofline_sigma"]).all()
     assert (scale_d == pr["coef_mu_roofline_sigma"]).all() and not relative.any()
+    assert catalogued.all()
+    # a catalogued drafter's level: its coefficient, on a softplus axis at the prior's median
+    model = build_model(design)
+    axis = model.rvs_to_transforms[model["coef_draft_roofline"]]
+    assert axis.name == "softplus" and np.allclose(axis.scale, np.exp(loc_d.ravel()))
 
     renamed = demo_subset.data.assign(verifier="my-own-8b")
     other = build_design(type(demo_subset)(renamed, demo_subset.excluded))
     prior = group_level_prior(other, pr, centre)
-    (loc, scale), (loc_d, scale_d, relative) = prior["verifier"], prior["drafter"]
+    (loc, scale), (loc_d, scale_d, relative, catalogued) = prior["verifier"], prior["drafter"]
     assert loc[0, 0] == pr["coef_mu"]["c1p"]["mu"] and (scale == 2.0).all()
-    # an unknown drafter: the generic centre, or with drafter_ratio a ratio of the verifier's
+    # an unknown drafter: the generic centre (on the log axis), or with drafter_ratio a ratio
+    # of the verifier's
     assert not relative.any() and loc_d[0, 0] == pr["coef_mu"]["c1d"]["mu"]
+    assert not catalogued.any()
+    assert build_model(other).named_vars_to_dims["coef_mu_draft_generic"] == ("drafter_generic",)
     ratio = merge_priors({"drafter_ratio": {"alpha": 2.0, "beta": 10.0}})
     assert group_level_prior(other, ratio, centre)["drafter"][2].all()
     model = build_model(other, {"drafter_ratio": {"alpha": 2.0, "beta": 10.0}})

@@ -166,7 +166,8 @@ class SoftplusTransform(Transform):
     left tail (:math:`x \approx e^u`) and is linear on the right, where the posterior is then
     as Gaussian as in :math:`\gamma`.
 
-    ``cycle_overhead`` (:math:`a` = its prior median): see :func:`_cycle_overhead`."""
+    ``cycle_overhead`` and a catalogued drafter's levels (:math:`a` = the prior median): see
+    :func:`_cycle_overhead` and :func:`_drafter_levels`."""
 
     name = "softplus"
 
@@ -526,11 +527,25 @@ def _cycle_overhead(design: Design, pr: dict):
     return c1c[design.draft_group_of[np.maximum(design.sweep_draft, 0)]]
 
 
-def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.ndarray):
+def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative, catalogued):
     r"""Group log drafter coefficients per (verifier, hardware, drafter), ``coef_mu_draft``.
 
     Where the catalog knows the drafter: :math:`\mathcal N(\text{loc}, \text{scale})` around
-    its roofline magnitude. Elsewhere relative to the verifier's level on that GPU,
+    its roofline magnitude, as the coefficient :math:`c = e^\mu` itself
+    (``coef_draft_roofline``, log-normal) sampled on a softplus axis scaled by the prior's
+    median (:class:`SoftplusTransform`; the prior is unchanged). The rows pin a drafter's costs
+    additively — a few per cent of a cycle, known to about the same precision in seconds
+    whatever their size — and, with alpha unknown, along a ridge with every workload's
+    acceptance (a dearer draft token, more of them accepted). On the log axis that ridge bent
+    where the cost shrinks toward 0 (the acceptance stops following it), and the EAGLE-3
+    head's levels mixed worst on the two-drafter set (bulk ESS 226–284 at three
+    seeds of four; ``benchmarks/model_core.md``, 2026-12-06 11:05). A drafter the catalog
+    does not know, with ``drafter_ratio`` off, takes the generic ``coef_mu`` entry
+    (``coef_mu_draft_generic``) on the log axis: its prior spans orders of magnitude, so its
+    median is no scale for a softplus axis (on one held-out-cell set the axis there left a
+    chain stuck from its start: 1,228 divergences).
+
+    Elsewhere relative to the verifier's level on that GPU,
     :math:`\mu_{c_{jd}} = \mu_{c_{jv}} + \log\rho_j` with the cost ratio
     :math:`\rho_j \sim \mathrm{Gamma}` (``drafter_ratio``): zero-avoiding, because the rows
     stop constraining a drafter's cost once it adds little to a pass while every workload's
@@ -543,7 +558,8 @@ def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.nda
         f"{g}|{c}" for g in design.coords["draft_group"] for c in design.coords["coef_d"]
     ]  # flat (draft_group, coef_d)
     rel = np.flatnonzero(relative.ravel())
-    known = np.flatnonzero(~relative.ravel())
+    known = np.flatnonzero(~relative.ravel() & catalogued.ravel())
+    generic = np.flatnonzero(~relative.ravel() & ~catalogued.ravel())
     flat = pt.zeros(relative.size)
     if len(rel):
         pm.Model.get_context().add_coord("drafter_rel", [labels[i] for i in rel])
@@ -558,10 +574,19 @@ def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative: np.nda
         flat = pt.set_subtensor(flat[rel], verifier.ravel()[rel] + log_ratio)
     if len(known):
         pm.Model.get_context().add_coord("drafter_known", [labels[i] for i in known])
+        loc_k, scale_k = loc.ravel()[known], scale.ravel()[known]
+        cost = pm.LogNormal(
+            "coef_draft_roofline", loc_k, scale_k, dims="drafter_known",
+            default_transform=SoftplusTransform(np.exp(loc_k)),
+        )  # fmt: skip
+        flat = pt.set_subtensor(flat[known], pt.log(cost))
+    if len(generic):
+        pm.Model.get_context().add_coord("drafter_generic", [labels[i] for i in generic])
         level = pm.Normal(
-            "coef_mu_draft_roofline", loc.ravel()[known], scale.ravel()[known], dims="drafter_known"
-        )
-        flat = pt.set_subtensor(flat[known], level)
+            "coef_mu_draft_generic", loc.ravel()[generic], scale.ravel()[generic],
+            dims="drafter_generic",
+        )  # fmt: skip
+        flat = pt.set_subtensor(flat[generic], level)
     return pm.Deterministic(
         "coef_mu_draft", flat.reshape(relative.shape), dims=("draft_group", "coef_d")
     )

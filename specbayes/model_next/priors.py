@@ -280,7 +280,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
 def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
     r"""Location and scale of each group's log coefficients.
 
-    Returns ``{"verifier": (loc, scale), "drafter": (loc, scale, relative)}``: ``(group,
+    Returns ``{"verifier": (loc, scale), "drafter": (loc, scale, relative, catalogued)}``: ``(group,
     coef_v)`` arrays of the verifier coefficients per (verifier, hardware) group and
     ``(draft_group, coef_d)`` arrays of the drafter coefficients per (verifier, hardware,
     drafter). Where the catalog knows the verifier and GPU (and the drafter, for ``c1d,
@@ -292,6 +292,7 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
     for the drafter, ``relative`` is True and ``loc`` is :math:`\log\rho` of
     ``drafter_ratio``: an offset from the verifier's own level. A parallel drafter's
     per-token cost depends on k: its centre is taken at the median k of its sweeps.
+    ``catalogued`` marks the drafter coefficients located at the roofline.
     """
     p_star, g_star = centre_cell(design, centre)
     sweeps = design.extra["sweeps"]
@@ -309,6 +310,7 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
     loc_d = np.array([[pr["coef_mu"][c]["mu"] for c in names_d]] * len(drafter))
     scale_d = np.array([[pr["coef_mu"][c]["sigma"] for c in names_d]] * len(drafter))
     relative = np.full((len(drafter), len(names_d)), pr["drafter_ratio"] is not None)
+    catalogued = np.zeros((len(drafter), len(names_d)), bool)
     known = pr["coef_mu_roofline_sigma"]
     for rows, loc, scale, names, rel in (
         (verifier, loc_v, scale_v, names_v, None),
@@ -319,10 +321,10 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
                 if centres and c in centres:
                     loc[i, j], scale[i, j] = np.log(centres[c]), known
                     if rel is not None:
-                        rel[i, j] = False
+                        rel[i, j], catalogued[i, j] = False, True
     return {
         "verifier": (loc_v.reshape(-1, len(names_v)), scale_v.reshape(-1, len(names_v))),
-        "drafter": (loc_d.reshape(-1, 2), scale_d.reshape(-1, 2), relative.reshape(-1, 2)),
+        "drafter": (loc_d.reshape(-1, 2), scale_d.reshape(-1, 2), relative, catalogued),
     }
 
 
