@@ -558,7 +558,7 @@ def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative, catalo
         f"{g}|{c}" for g in design.coords["draft_group"] for c in design.coords["coef_d"]
     ]  # flat (draft_group, coef_d)
     rel = np.flatnonzero(relative.ravel())
-    known = np.flatnonzero(~relative.ravel() & catalogued.ravel())
+    known = np.flatnonzero(catalogued.ravel())  # never relative (group_level_prior)
     generic = np.flatnonzero(~relative.ravel() & ~catalogued.ravel())
     flat = pt.zeros(relative.size)
     if len(rel):
