@@ -19,8 +19,9 @@ changes the KV budget and the kernels):
   :class:`Sample` records.
 * :func:`choose` — one decision: the k the table prefers at the estimated (alpha, load),
   with hysteresis (switch only when the current k's expected latency is at least ``margin``
-  above the best's) and a minimum dwell time before a switch that raises the server's
-  utilisation (:meth:`KTable.utilisation`; one that relieves it is made at once).
+  above the best's, or at a new change of the request rate, :func:`rate_change`) and a
+  minimum dwell time before a switch that raises the server's utilisation
+  (:meth:`KTable.utilisation`; one that relieves it is made at once).
 * :class:`KController` — the same as an object with state: ``decide(now, window) -> k``.
 
 Everything here is a pure function of the table and the observations: no clock, no I/O.
@@ -50,6 +51,7 @@ __all__ = [
     "choose",
     "in_flight",
     "k_table",
+    "rate_change",
     "recent_rate",
 ]
 
@@ -297,13 +299,23 @@ def recent_rate(
     most unlike each other (:func:`_since_change`), where the evidence passes ``z``: a
     burst, or its end, is read from its first scrape on, where the window's average would
     lag it by up to ``seconds``; else the window's rate."""
+    found = rate_change(window, now, seconds, z)
+    return None if found is None else found[0]
+
+
+def rate_change(
+    window: Sequence[Sample], now: float, seconds: float = 30.0, z: float = 4.0
+) -> tuple[float, float | None] | None:
+    """:func:`recent_rate` and the time of the change it reads from (None where the window
+    shows no change); None with fewer than two samples in the span."""
     s = _span(window, now, seconds)
     if len(s) < 2 or s[-1].t <= s[0].t:
         return None
     t = np.array([x.t for x in s])
     n = np.maximum.accumulate(np.array([x.requests for x in s]))
     count, span = _since_change(t, n, z)
-    return count / span
+    changed = span < t[-1] - t[0]
+    return count / span, (float(t[-1] - span) if changed else None)
 
 
 def in_flight(window: Sequence[Sample], now: float, seconds: float = 30.0) -> float | None:
@@ -381,6 +393,12 @@ class ControllerConfig:
         as :math:`1/(1 - \rho)` while the law's mean is the steady state's).
     min_drafts : float
         Cycles needed in the window before its acceptance replaces the previous estimate.
+    change_gap_s : float
+        A change of the request rate read within this time after the one last decided upon
+        is the same change (the split scrape of :func:`rate_change` moves by a scrape or two
+        as the evidence grows). At a new change the table's choice is taken without the
+        margin: the hysteresis guards a steady load against the noise of its estimate, and
+        the k it kept was chosen for the load before the change.
     """
 
     window_s: float = 30.0
@@ -389,10 +407,11 @@ class ControllerConfig:
     min_dwell_s: float = 60.0
     margin: float = 0.03
     min_drafts: float = 100.0
+    change_gap_s: float = 5.0
 
     def __post_init__(self) -> None:
         names = ("window_s", "change_z", "alpha_window_s", "min_dwell_s", "margin",
-                 "min_drafts")  # fmt: skip
+                 "min_drafts", "change_gap_s")  # fmt: skip
         for name in names:
             if not getattr(self, name) >= 0:
                 raise ValueError(f"ControllerConfig.{name} must be >= 0")
@@ -404,7 +423,8 @@ class Decision:
 
     ``k`` the draft length to run, ``switched`` whether it changed, ``since`` the time of the
     last switch, ``alpha`` and ``load`` the estimates used, ``best`` the table's best k there,
-    ``reason`` one line of why.
+    ``regime`` the time of the last change of the request rate a decision was taken at
+    (None before the first), ``reason`` one line of why.
     """
 
     k: int
@@ -414,6 +434,7 @@ class Decision:
     load: float | None
     best: int
     reason: str
+    regime: float | None = None
     latencies: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
 
 
@@ -425,24 +446,30 @@ def choose(
     now: float,
     window: Sequence[Sample],
     config: ControllerConfig = ControllerConfig(),
+    regime: float | None = None,
 ) -> Decision:
     """One decision: keep ``k`` (run since ``since``) or switch to the table's best.
 
     The load is the window's arrival rate (open-loop table; since its last change where the
-    rate changed inside the window, :func:`recent_rate`) or mean requests in flight
+    rate changed inside the window, :func:`rate_change`) or mean requests in flight
     (closed-loop table) over ``window_s``; the acceptance is the estimate over
-    ``alpha_window_s``, else ``alpha`` (the last one). A switch needs an expected latency at
-    ``k`` above ``(1 + margin)`` times the fastest k's; it goes to the k of lowest utilisation
-    within that margin of the fastest and, where that k runs at a higher utilisation than
-    ``k`` at this load, waits ``min_dwell_s`` since the last switch.
+    ``alpha_window_s``, else ``alpha`` (the last one). The choice is the k of lowest
+    utilisation within ``margin`` of the fastest. A switch to it needs an expected latency
+    at ``k`` above ``(1 + margin)`` times the fastest k's — except at the first decision
+    after a new change of the rate (later than ``regime``, the last one decided upon, by
+    more than ``change_gap_s``) — and, where it runs at a higher utilisation than ``k`` at
+    this load, waits ``min_dwell_s`` since the last switch.
     """
     estimate = acceptance(window, now, config.alpha_window_s, config.min_drafts, config.change_z)
     alpha = alpha if estimate is None else estimate
+    change = None
     if table.load == "rps":
-        load = recent_rate(window, now, config.window_s, config.change_z)
+        found = rate_change(window, now, config.window_s, config.change_z)
+        load, change = (None, None) if found is None else found
     else:
         load = in_flight(window, now, config.window_s)
-    keep = dict(k=k, switched=False, since=since, alpha=alpha, load=load)
+    fresh = change is not None and (regime is None or change > regime + config.change_gap_s)
+    keep = dict(k=k, switched=False, since=since, alpha=alpha, load=load, regime=regime)
     if load is None:
         return Decision(**keep, best=k, reason="no load estimate yet: keep k")
     lat = table.latencies(alpha, load)
@@ -458,7 +485,8 @@ def choose(
     keep["latencies"] = lat
     i = list(table.ks).index(k) if k in table.ks else None
     if best == k:
-        return Decision(**keep, best=best, reason="k is the best here")
+        return Decision(**{**keep, "regime": change if fresh else regime}, best=best,
+                        reason="k is the best here")  # fmt: skip
     current = np.inf if i is None else lat[i]
     rho = 1.0 if i is None else float(util[i])  # a k the table lacks: leave it
     # the dwell holds a raise of the utilisation only: a switch that relieves the server is
@@ -468,10 +496,12 @@ def choose(
             **keep, best=best, reason=f"dwell: {now - since:.0f} s since the last switch"
         )
     gain = current / lat.min() - 1.0
-    if gain <= config.margin:
+    if gain <= config.margin and not fresh:
         return Decision(**keep, best=best, reason=f"gain {gain:.1%} within the margin")
-    return Decision(**{**keep, "k": best, "switched": True, "since": now}, best=best,
-                    reason=f"k={best} expected {current / lat[j] - 1.0:.1%} faster")  # fmt: skip
+    why = f"the rate changed at {change:.0f} s: " if fresh else ""
+    switch = dict(k=best, switched=True, since=now, regime=change if fresh else regime)
+    faster = current / lat[j] - 1.0
+    return Decision(**{**keep, **switch}, best=best, reason=f"{why}k={best} {faster:.1%} faster")
 
 
 class KController:
@@ -514,7 +544,7 @@ class KController:
     def decide(self, now: float, window: Sequence[Sample]) -> int:
         """The draft length to run from ``now``, given the recent samples ``window``."""
         s = self.state
-        d = choose(self.table, s.k, s.since, s.alpha, now, window, self.config)
+        d = choose(self.table, s.k, s.since, s.alpha, now, window, self.config, s.regime)
         self.state = replace(d, latencies=np.zeros(0))
         self.history.append(d)
         return d.k
