@@ -114,6 +114,30 @@ def test_acceptance_estimate_from_the_engine_counters():
     out = _scrapes(a, np.array([1.2, 3.0, -1.0]), log, [0.0], [3], 2.0, 1.0, 2.0, _Sample)
     assert [s.requests for s in out] == [1, 2, 3] and [s.running for s in out] == [1, 2, 2]
     assert [s.drafts for s in out] == [0.0, 10.0, 20.0]
+    # a switch to k = 0 at 1 s: the interval up to the scrape at 1 s ran k = 3 (the switch
+    # acts after the scrape its decision read), the next one k = 0
+    out = _scrapes(a, np.array([1.2, 3.0, -1.0]), log, [0.0, 1.0], [3, 0], 2.0, 1.0, 2.0, _Sample)
+    assert [s.k for s in out] == [3, 3, 0]
+
+
+def test_the_acceptance_read_at_a_switch_to_dense_is_the_one_before_it():
+    # the prompt mix changes at 100 s (0.75 -> 0.45); a controller that switches to k = 0 at
+    # the first scrape that shows it must keep reading 0.45 while dense decoding drafts nothing
+    tr = trace("bursts", 4.0, 0.75, duration=140.0, alpha_shift=0.45)
+    tr = type(tr)(tr.name, tr.times, tr.rates, np.array([0.0, 100.0]), np.array([0.75, 0.45]),
+                  tr.duration)  # fmt: skip
+    seen = {}
+
+    def policy(now, window):
+        seen[now] = acceptance(window, now, seconds=5.0)
+        return 0 if now >= 101.0 else 3
+
+    run_trace(tr, policy, k0=3, epoch_s=1.0, scrape_s=1.0, seed=4, **KW)
+    assert seen[99.0] == pytest.approx(0.75, abs=0.05)
+    # one second of cycles at the new mix, read from the first scrape and still at the next
+    # (before the fix the interval up to the switch was labelled k = 0: 0.75 again)
+    assert seen[101.0] < 0.6 and seen[102.0] == seen[101.0]
+    assert seen[110.0] is None  # nothing drafted in the window: the caller keeps its last
 
 
 def _Sample(**kw):

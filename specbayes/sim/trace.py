@@ -229,13 +229,14 @@ def run_trace(
 
 
 def _scrapes(arrival, finish, log, k_times, k_values, now, scrape_s, history_s, sample):
-    """Counter scrapes every ``scrape_s`` over the last ``history_s`` before ``now``."""
+    """Counter scrapes every ``scrape_s`` over the last ``history_s`` before ``now``; each
+    sample's k is the one in effect up to it (a switch at a scrape's time acts after it)."""
     out = []
     for ts in np.arange(max(now - history_s, 0.0), now + 1e-9, scrape_s):
         i = np.searchsorted(log.t, ts, side="right") - 1
         cycles = float(log.cycles[i]) if i >= 0 else 0.0
         accepted = float(log.accepted[i]) if i >= 0 else 0.0
-        k = int(k_values[np.searchsorted(k_times, ts, side="right") - 1])
+        k = int(k_values[max(np.searchsorted(k_times, ts, side="left") - 1, 0)])
         running = float(np.sum((arrival <= ts) & ((finish > ts) | (finish < 0))))
         out.append(sample(t=float(ts), requests=float(np.sum(arrival <= ts)), drafts=cycles,
                           accepted=accepted, k=k, running=running))  # fmt: skip
