@@ -393,12 +393,13 @@ class ControllerConfig:
         as :math:`1/(1 - \rho)` while the law's mean is the steady state's).
     min_drafts : float
         Cycles needed in the window before its acceptance replaces the previous estimate.
-    change_gap_s : float
-        A change of the request rate read within this time after the one last decided upon
-        is the same change (the split scrape of :func:`rate_change` moves by a scrape or two
-        as the evidence grows). At a new change the table's choice is taken without the
-        margin: the hysteresis guards a steady load against the noise of its estimate, and
-        the k it kept was chosen for the load before the change.
+    fresh_s : float
+        For this long after the change of the request rate the estimator reads from
+        (:func:`rate_change`), the table's choice is taken without the margin: the rate since
+        the change is still forming (a burst's first scrape holds a second of it), and the k
+        the margin would keep was chosen for the load before the change. A raise of the
+        utilisation still waits the dwell, so the choice can relieve the server once and not
+        flap back.
     """
 
     window_s: float = 30.0
@@ -407,11 +408,11 @@ class ControllerConfig:
     min_dwell_s: float = 60.0
     margin: float = 0.03
     min_drafts: float = 100.0
-    change_gap_s: float = 5.0
+    fresh_s: float = 5.0
 
     def __post_init__(self) -> None:
         names = ("window_s", "change_z", "alpha_window_s", "min_dwell_s", "margin",
-                 "min_drafts", "change_gap_s")  # fmt: skip
+                 "min_drafts", "fresh_s")  # fmt: skip
         for name in names:
             if not getattr(self, name) >= 0:
                 raise ValueError(f"ControllerConfig.{name} must be >= 0")
@@ -423,8 +424,7 @@ class Decision:
 
     ``k`` the draft length to run, ``switched`` whether it changed, ``since`` the time of the
     last switch, ``alpha`` and ``load`` the estimates used, ``best`` the table's best k there,
-    ``regime`` the time of the last change of the request rate a decision was taken at
-    (None before the first), ``reason`` one line of why.
+    ``reason`` one line of why.
     """
 
     k: int
@@ -434,7 +434,6 @@ class Decision:
     load: float | None
     best: int
     reason: str
-    regime: float | None = None
     latencies: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False)
 
 
@@ -446,7 +445,6 @@ def choose(
     now: float,
     window: Sequence[Sample],
     config: ControllerConfig = ControllerConfig(),
-    regime: float | None = None,
 ) -> Decision:
     """One decision: keep ``k`` (run since ``since``) or switch to the table's best.
 
@@ -455,10 +453,9 @@ def choose(
     (closed-loop table) over ``window_s``; the acceptance is the estimate over
     ``alpha_window_s``, else ``alpha`` (the last one). The choice is the k of lowest
     utilisation within ``margin`` of the fastest. A switch to it needs an expected latency
-    at ``k`` above ``(1 + margin)`` times the fastest k's — except at the first decision
-    after a new change of the rate (later than ``regime``, the last one decided upon, by
-    more than ``change_gap_s``) — and, where it runs at a higher utilisation than ``k`` at
-    this load, waits ``min_dwell_s`` since the last switch.
+    at ``k`` above ``(1 + margin)`` times the fastest k's — except within ``fresh_s`` of a
+    change of the rate — and, where it runs at a higher utilisation than ``k`` at this load,
+    waits ``min_dwell_s`` since the last switch.
     """
     estimate = acceptance(window, now, config.alpha_window_s, config.min_drafts, config.change_z)
     alpha = alpha if estimate is None else estimate
@@ -468,8 +465,8 @@ def choose(
         load, change = (None, None) if found is None else found
     else:
         load = in_flight(window, now, config.window_s)
-    fresh = change is not None and (regime is None or change > regime + config.change_gap_s)
-    keep = dict(k=k, switched=False, since=since, alpha=alpha, load=load, regime=regime)
+    fresh = change is not None and now - change <= config.fresh_s
+    keep = dict(k=k, switched=False, since=since, alpha=alpha, load=load)
     if load is None:
         return Decision(**keep, best=k, reason="no load estimate yet: keep k")
     lat = table.latencies(alpha, load)
@@ -485,8 +482,7 @@ def choose(
     keep["latencies"] = lat
     i = list(table.ks).index(k) if k in table.ks else None
     if best == k:
-        return Decision(**{**keep, "regime": change if fresh else regime}, best=best,
-                        reason="k is the best here")  # fmt: skip
+        return Decision(**keep, best=best, reason="k is the best here")
     current = np.inf if i is None else lat[i]
     rho = 1.0 if i is None else float(util[i])  # a k the table lacks: leave it
     # the dwell holds a raise of the utilisation only: a switch that relieves the server is
@@ -499,9 +495,9 @@ def choose(
     if gain <= config.margin and not fresh:
         return Decision(**keep, best=best, reason=f"gain {gain:.1%} within the margin")
     why = f"the rate changed at {change:.0f} s: " if fresh else ""
-    switch = dict(k=best, switched=True, since=now, regime=change if fresh else regime)
     faster = current / lat[j] - 1.0
-    return Decision(**{**keep, **switch}, best=best, reason=f"{why}k={best} {faster:.1%} faster")
+    return Decision(**{**keep, "k": best, "switched": True, "since": now}, best=best,
+                    reason=f"{why}k={best} {faster:.1%} faster")  # fmt: skip
 
 
 class KController:
@@ -544,7 +540,7 @@ class KController:
     def decide(self, now: float, window: Sequence[Sample]) -> int:
         """The draft length to run from ``now``, given the recent samples ``window``."""
         s = self.state
-        d = choose(self.table, s.k, s.since, s.alpha, now, window, self.config, s.regime)
+        d = choose(self.table, s.k, s.since, s.alpha, now, window, self.config)
         self.state = replace(d, latencies=np.zeros(0))
         self.history.append(d)
         return d.k
