@@ -10,7 +10,7 @@ H100, EAGLE-3 head); its k-table (:func:`specbayes.control.k_table`, alphas 0.30
 0-40 req/s) drives a :class:`specbayes.control.KController` (its default
 :class:`~specbayes.control.ControllerConfig`: request rate over 30 s and acceptance over 5 s,
 each since a change of it; 60 s dwell before a switch that raises the utilisation; 3 % margin,
-waived at a new change of the rate; near-ties to the lower utilisation) on the 256 x 256
+waived for 5 s after a change of the rate; near-ties to the lower utilisation) on the 256 x 256
 workload of the simulator that made the demo. Each trace (:func:`specbayes.sim.trace.trace`,
 900 s around 7 req/s, acceptance 0.75 falling to 0.5 half-way: a prompt-mix change) is
 served by

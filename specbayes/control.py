@@ -19,7 +19,7 @@ changes the KV budget and the kernels):
   :class:`Sample` records.
 * :func:`choose` — one decision: the k the table prefers at the estimated (alpha, load),
   with hysteresis (switch only when the current k's expected latency is at least ``margin``
-  above the best's, or at a new change of the request rate, :func:`rate_change`) and a
+  above the best's, or just after a change of the request rate, :func:`rate_change`) and a
   minimum dwell time before a switch that raises the server's utilisation
   (:meth:`KTable.utilisation`; one that relieves it is made at once).
 * :class:`KController` — the same as an object with state: ``decide(now, window) -> k``.
