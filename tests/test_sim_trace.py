@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -123,9 +125,8 @@ def test_acceptance_estimate_from_the_engine_counters():
 def test_the_acceptance_read_at_a_switch_to_dense_is_the_one_before_it():
     # the prompt mix changes at 100 s (0.75 -> 0.45); a controller that switches to k = 0 at
     # the first scrape that shows it must keep reading 0.45 while dense decoding drafts nothing
-    tr = trace("bursts", 4.0, 0.75, duration=140.0, alpha_shift=0.45)
-    tr = type(tr)(tr.name, tr.times, tr.rates, np.array([0.0, 100.0]), np.array([0.75, 0.45]),
-                  tr.duration)  # fmt: skip
+    tr = trace("bursts", 4.0, 0.75, duration=140.0)
+    tr = replace(tr, alpha_times=np.array([0.0, 100.0]), alphas=np.array([0.75, 0.45]))
     seen = {}
 
     def policy(now, window):
