@@ -497,7 +497,7 @@ def choose(
     why = f"the rate changed at {change:.0f} s: " if fresh else ""
     faster = current / lat[j] - 1.0
     return Decision(**{**keep, "k": best, "switched": True, "since": now}, best=best,
-                    reason=f"{why}k={best} {faster:.1%} faster")  # fmt: skip
+                    reason=f"{why}k={best} expected {faster:.1%} faster")  # fmt: skip
 
 
 class KController:
