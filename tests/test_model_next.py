@@ -75,6 +75,65 @@ def test_scaled_softplus_axis_is_a_bijection_with_its_jacobian():
     np.testing.assert_allclose(axis.log_jac_det(u).eval(), jac, rtol=1e-12)
 
 
+def test_share_axis_is_a_bijection_onto_the_unit_interval_with_its_jacobian():
+    """:class:`ShareTransform`: w = eps softplus(v/eps) - eps softplus((v - 1)/eps) in (0, 1),
+    about the identity a few eps inside the ends; forward inverts backward; log_jac_det =
+    log dw/dv."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    from specbayes.model_next.graph import ShareTransform
+
+    axis = ShareTransform(0.01)
+    v = np.array([-0.2, -0.01, 0.05, 0.5, 0.95, 1.01, 1.2])
+    w = axis.backward(pt.as_tensor(v)).eval()
+    assert np.all((w > 0) & (w < 1)) and np.all(np.diff(w) > 0)
+    np.testing.assert_allclose(w[2:5], v[2:5], atol=1e-3)  # the identity inside
+    np.testing.assert_allclose(axis.forward(pt.as_tensor(w)).eval(), v, atol=1e-9)
+    x = pt.dscalar()
+    slope = pytensor.function([x], pytensor.grad(axis.backward(x), x))
+    expect = np.log([slope(value) for value in v])
+    np.testing.assert_allclose(axis.log_jac_det(pt.as_tensor(v)).eval(), expect, atol=1e-9)
+
+
+def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
+    """Pooled: each sweep's log C1 is its decomposition plus a deviation whose scale is
+    integrated out (no sampled ``tau_c1``); the deviations' density is the collapsed one, and
+    ``tau`` is drawn from its exact conditional IG(a + S/2, b + sum d^2 / 2) after sampling."""
+    import arviz as az
+    import xarray as xr
+
+    from specbayes.model_next.likelihood import collapsed_logp
+    from specbayes.model_next.sampling import add_collapsed
+
+    pr = merge_priors()
+    model = build_model(build_design(demo_subset))
+    names = {v.name for v in model.free_RVs}
+    assert "log_c1_dev" in names and "tau_c1" not in names
+    n = len(model.coords["sweep"])
+    dev = np.random.default_rng(3).normal(0.0, 0.004, n)
+    point = model.initial_point()
+    point["log_c1_dev"] = dev
+    a, b = pr["c1_dev"]["alpha"], pr["c1_dev"]["beta"]
+    logp = model.compile_logp(vars=[model["log_c1_dev"]], sum=True)(point)
+    expect = float(collapsed_logp(dev, np.zeros(n), np.zeros(n), a, b).eval())
+    np.testing.assert_allclose(logp, expect, rtol=1e-7)
+
+    # tau from its conditional: E[tau^2] = (b + ss/2) / (a + S/2 - 1) for every draw
+    draws = 4000
+    post = pm.sample_prior_predictive(1, model=model, random_seed=1).prior.isel(draw=[0] * draws)
+    post = post.assign(log_c1_dev=(("chain", "draw", "sweep"), np.tile(dev, (1, draws, 1))))
+    idata = az.InferenceData(posterior=post.assign_coords(draw=np.arange(draws)))
+    stats = xr.Dataset({"diverging": (("chain", "draw"), np.zeros((1, draws), bool))})
+    idata.add_groups(sample_stats=stats)
+    add_collapsed(idata, model, seed=2)
+    tau = idata.posterior["tau"].values
+    assert tau.shape == (1, draws, 2)
+    np.testing.assert_allclose(tau[..., 1], pr["c2_jitter"])
+    mean = (b + 0.5 * np.sum(dev**2)) / (a + 0.5 * n - 1.0)
+    np.testing.assert_allclose(np.mean(tau[..., 0] ** 2), mean, rtol=0.05)
+
+
 def test_pooled_design_dims(demo_subset):
     design = build_design(demo_subset)
     assert design.structure == "pooled"

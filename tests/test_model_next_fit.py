@@ -23,7 +23,7 @@ from specbayes.data import SweepTable, validate_sweeps
 from specbayes.fit import FitFileError, load_fit
 from specbayes.model_next import build_design, build_model
 from specbayes.model_next.fitted import _ANSWER_VARIABLES, NextFit
-from specbayes.model_next.sampling import add_sigma
+from specbayes.model_next.sampling import add_collapsed
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -53,7 +53,7 @@ def mock_fit(table: SweepTable, draws: int = 40, seed: int = 5) -> NextFit:
     idata.add_groups(
         sample_stats=xr.Dataset({"diverging": (("chain", "draw"), np.zeros((2, draws), bool))})
     )
-    add_sigma(idata, model, seed)
+    add_collapsed(idata, model, seed)
     config = {"level": "sd", "structure": design.structure, "priors": {}}
     config["sampler_config"] = {"seed": seed}
     fit = NextFit(idata, design, excluded=table.excluded, config=config, model=model)

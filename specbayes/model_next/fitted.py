@@ -11,7 +11,7 @@ One density. Every row's expected log latency is
 :math:`\mathcal N(\log L \mid \mu, \sigma_i)` (``likelihood.log_density``), the row's noise
 scale :math:`\sigma_i = \sigma (1 - x_i)^{-\gamma} (n_i/n_\mathrm{ref})^{-1/2}`
 (``likelihood.log_row_scale``; a row without ``n_requests`` at :math:`n_\mathrm{ref}`) with
-:math:`\sigma` drawn exactly from its conditional (``sampling.add_sigma``).
+:math:`\sigma` drawn exactly from its conditional (``sampling.add_collapsed``).
 A configuration the fit saw uses its sampled costs (the graph's ``log_c1``, ``log_c2``); an unseen
 one gets them from the coefficients through :func:`specbayes.laws.effective_costs` — for a
 cell the fit never saw, from the hierarchy

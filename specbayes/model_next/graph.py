@@ -188,6 +188,44 @@ class SoftplusTransform(Transform):
 SOFTPLUS = SoftplusTransform()
 
 
+class ShareTransform(Transform):
+    r"""Shares :math:`w \in (0, 1)` through a smooth clamp of an unconstrained :math:`v`,
+    :math:`w = \varepsilon\,\mathrm{softplus}(v/\varepsilon)
+    - \varepsilon\,\mathrm{softplus}((v - 1)/\varepsilon)`: about the identity a few
+    :math:`\varepsilon` inside the ends and logarithmic within :math:`\varepsilon` of either
+    (the logit's axis, :math:`\log w` and :math:`-\log(1 - w)` there). The prior is
+    unchanged; only the sampler's coordinate is.
+
+    A trend share (``trend``) whose rows pin a coefficient at a cell where it is a small part of
+    the cost pins :math:`w` linearly there (the cell's coefficient is affine in :math:`w`), so
+    its posterior is near-Gaussian in :math:`w`; on the logit axis the same posterior is skewed
+    towards :math:`w \to 1`, with a correlation to the cells' coefficients that fades as the
+    logit grows — a bent ridge (``trend[c2p]`` of the two-drafter set, ``benchmarks/
+    model_core.md``)."""
+
+    name = "share"
+
+    def __init__(self, eps: float = 0.01):
+        self.eps = eps
+
+    def forward(self, value, *inputs):
+        e = self.eps
+        return e * pt.log(pt.expm1(value / e)) - e * pt.log(-pt.expm1((value - 1.0) / e))
+
+    def backward(self, value, *inputs):
+        e = self.eps
+        return value + e * pt.softplus(-value / e) - e * pt.softplus((value - 1.0) / e)
+
+    def log_jac_det(self, value, *inputs):
+        e = self.eps
+        # log(sigmoid(a) - sigmoid(b)), a - b = 1/eps
+        const = np.log(-np.expm1(-1.0 / e))
+        return -pt.softplus(-value / e) - pt.softplus((value - 1.0) / e) + const
+
+
+SHARE_AXIS = ShareTransform()
+
+
 def _growth_axis(design: Design) -> dict:
     """The sampled axis of ``noise_growth``: softplus in the anchored structure (a few rows per
     sweep: gamma's posterior reaches 0 and meets the wall described in
@@ -420,8 +458,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
     prior = group_level_prior(design, pr, centre)
     # the share of each trended coefficient that grows with its cell covariate
-    share_logit = pm.Normal("trend_logit", **pr["trend"], dims="coef_t")
-    share_t = pm.Deterministic("trend", pm.math.sigmoid(share_logit), dims="coef_t")
+    share_t = _trend_shares(design, pr)
     share = _scatter(share_t, [coefs.index(c) for c in design.coords["coef_t"]], len(coefs))
     # cell deviations only where a cell's own rows pin the coefficient (c1p is a small part
     # of C1 — its cells follow the prefill trend alone)
@@ -459,14 +496,41 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
         design.decode, None, design.k, passes, c1c=_cycle_overhead(design, pr),
         c2c=_spec_seq_overhead(design, pr, trend, centre),
     )  # fmt: skip
-    # C1's deviation scale is learned; C2's is a fixed jitter (priors: ``c2_jitter``)
-    tau_c1 = pm.Gamma("tau_c1", **pr["tau"])
-    tau = pm.Deterministic("tau", pt.stack([tau_c1, pr["c2_jitter"]]), dims="cost")
+    # C1's deviations with their variance tau_c1^2 ~ IG(a, b) integrated out (drawn after
+    # sampling, sampling.add_collapsed); C2's scale is a fixed jitter (priors: ``c2_jitter``)
     centred = pr["centred_sweeps"]
-    log_c1 = _sweep_level("log_c1_sweep", pt.log(c1_eff), tau[0], None, centred["C1"])
-    log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), tau[1], design.log_wall, centred["C2"])
+    log_c1 = _c1_deviations(pt.log(c1_eff), pr["c1_dev"], centred["C1"])
+    jitter = pm.Data("c2_jitter", np.float64(pr["c2_jitter"]))
+    log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), jitter, design.log_wall, centred["C2"])
     c2v_group = pt.exp(mu_v[:, design.coords["coef_v"].index("c2v")])
     return log_c1, log_c2, (c_v[:, 2], c_v[:, 3], c_d[:, 1], passes, c2v_group)
+
+
+def _trend_shares(design: Design, pr: dict):
+    r"""The trended coefficients' shares :math:`w_j`, :math:`\mathrm{logit}\,w_j \sim
+    \mathcal N(m, s)` (``trend``), dims ``coef_t``.
+
+    Sampled on the logit axis, except ``c2p``'s on :class:`ShareTransform`'s (the same prior):
+    a request's prefill cost per concurrent request grows about in proportion to its prompt
+    (``docs/model.md``), so its share sits near 1, where the logit axis stretches a posterior
+    that the small-prefill cells pin linearly in :math:`w` into a skewed, bent ridge (the
+    two-drafter set's worst-mixing variable, ``benchmarks/model_core.md``). Shares the rows
+    leave to the prior (``c1p``) keep the logit axis: on the clamp's axis their prior's tail
+    near 1 is a steep wall (10 divergences on the default tier's set with every share on it).
+    """
+    names = design.coords["coef_t"]
+    model = pm.Model.get_context()
+    near_one = [c for c in names if c == "c2p"]
+    rest = [c for c in names if c not in near_one]
+    parts = {}
+    if rest:
+        model.add_coord("coef_t_logit", rest)
+        logit = pm.Normal("trend_logit", **pr["trend"], dims="coef_t_logit")
+        parts.update({c: pm.math.sigmoid(logit[i]) for i, c in enumerate(rest)})
+    if near_one:
+        w = pm.LogitNormal("trend_c2p", **pr["trend"], default_transform=SHARE_AXIS)
+        parts["c2p"] = w
+    return pm.Deterministic("trend", pt.stack([parts[c] for c in names]), dims="coef_t")
 
 
 def _spec_seq_overhead(design: Design, pr: dict, trend: np.ndarray, centre: np.ndarray):
@@ -710,6 +774,33 @@ def _group_levels(design: Design, pr: dict, loc: np.ndarray, sd: np.ndarray):
     full = pt.set_subtensor(full[:, j_rest], base)
     full = pt.set_subtensor(full[:, i1], c1p)
     return pm.Deterministic("coef_mu", full, dims=("group", "coef_v"))
+
+
+def _c1_deviations(loc, prior: dict, centred: bool):
+    r"""Each sweep's :math:`\log C_1`: its decomposition ``loc`` plus a deviation
+    :math:`d_s \sim \mathcal N(0, \tau_{C_1})` with :math:`\tau_{C_1}^2 \sim
+    \mathrm{InverseGamma}(a, b)` integrated out (:func:`~specbayes.model_next.likelihood.
+    collapsed_logp` of the deviations; :math:`\tau_{C_1}` is drawn from its exact conditional
+    after sampling). With the scale sampled, its log axis mixed worst on the demo and the
+    two-drafter set (a long tail towards 0, where the data cannot tell a small scale from
+    none; ``benchmarks/model_core.md``); integrated out there is no scale to mix.
+
+    Non-centred (default): the deviations are sampled; centred: :math:`\log C_{1s}` itself.
+    """
+    a, b = (pt.as_tensor(np.float64(prior[p])) for p in ("alpha", "beta"))
+    zero = pt.zeros_like(loc)
+    if centred:
+        value = pm.CustomDist(
+            "log_c1_sweep", loc, zero, a, b, logp=collapsed_logp, random=collapsed_random,
+            signature="(s),(s),(),()->(s)", dims="sweep",
+        )  # fmt: skip
+        pm.Deterministic("log_c1_dev", value - loc, dims="sweep")
+        return value
+    dev = pm.CustomDist(
+        "log_c1_dev", zero, zero, a, b, logp=collapsed_logp, random=collapsed_random,
+        signature="(s),(s),(),()->(s)", dims="sweep",
+    )  # fmt: skip
+    return loc + dev
 
 
 def _sweep_level(name: str, loc, tau, wall: np.ndarray | None, centred: bool):

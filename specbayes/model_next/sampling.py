@@ -168,7 +168,7 @@ def sample(
             compiled, seed=seed, progress_bar=progress, save_warmup=False, blocking=False, **config
         )
     )
-    add_sigma(idata, model, seed)
+    add_collapsed(idata, model, seed)
     end = time.perf_counter()
     return idata, {"compile_s": mid - start - start_s, "start_s": start_s, "sample_s": end - mid}
 
@@ -211,15 +211,18 @@ def _sample_numpyro(
             progressbar=progress,
             compute_convergence_checks=False,
         )
-    add_sigma(idata, model, seed)
+    add_collapsed(idata, model, seed)
     return idata, {"compile_s": 0.0, "sample_s": time.perf_counter() - start}
 
 
-def add_sigma(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
-    r"""Add exact posterior draws of the noise scale :math:`\sigma` (integrated out of the
-    sampled density) to ``idata.posterior``: one from
+def add_collapsed(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
+    r"""Add exact posterior draws of the scales integrated out of the sampled density to
+    ``idata.posterior``: the noise scale :math:`\sigma`, one from
     :math:`\sigma^2 \mid \mu, y \sim IG(a + n/2, b + \tfrac12\sum r^2)`,
-    :math:`r = (y - \mu)/w`, per draw (:func:`~specbayes.model_next.likelihood.draw_sigma`)."""
+    :math:`r = (y - \mu)/w`, per draw (:func:`~specbayes.model_next.likelihood.draw_sigma`);
+    in the pooled structure also the sweep costs' scales ``tau`` (dims ``cost``): the
+    :math:`\log C_1` deviations' the same way from their draws, :math:`\log C_2`'s fixed
+    jitter."""
     from specbayes.model_next.likelihood import draw_sigma, posterior_log_row_scale
 
     obs = model["log_latency"]
@@ -231,6 +234,14 @@ def add_sigma(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     log_w = posterior_log_row_scale(post, sweep, np.asarray(model["log_count"].get_value()))
     rng = np.random.default_rng(seed)
     idata.posterior["sigma"] = (("chain", "draw"), draw_sigma(y, mu, log_w, a, b, rng))
+    if "log_c1_dev" not in post:
+        return
+    dev = post["log_c1_dev"].values
+    rv = model["log_c1_sweep" if "log_c1_sweep" in model.named_vars else "log_c1_dev"]
+    a1, b1 = (float(x.eval()) for x in rv.owner.inputs[-2:])
+    tau_c1 = draw_sigma(np.zeros(dev.shape[-1]), -dev, np.zeros_like(dev), a1, b1, rng)
+    jitter = np.full_like(tau_c1, float(model["c2_jitter"].get_value()))
+    idata.posterior["tau"] = (("chain", "draw", "cost"), np.stack([tau_c1, jitter], axis=-1))
 
 
 def health(idata: az.InferenceData, model: pm.Model) -> dict:
