@@ -97,8 +97,9 @@ def test_share_axis_is_a_bijection_onto_the_unit_interval_with_its_jacobian():
 
 
 def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
-    """Pooled: each sweep's log C1 is its decomposition plus a deviation whose scale is
-    integrated out (no sampled ``tau_c1``); the deviations' density is the collapsed one, and
+    """Pooled, with ``c1_dev`` (experimental): each sweep's log C1 is its decomposition plus a
+    deviation whose scale is integrated out (no sampled ``tau_c1``; sampled by default); the
+    deviations' density is the collapsed one, and
     ``tau`` is drawn from its exact conditional IG(a + S/2, b + sum d^2 / 2) after sampling."""
     import arviz as az
     import xarray as xr
@@ -106,10 +107,12 @@ def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
     from specbayes.model_next.likelihood import collapsed_logp
     from specbayes.model_next.sampling import add_collapsed
 
-    pr = merge_priors()
-    model = build_model(build_design(demo_subset))
+    collapsed = {"c1_dev": {"alpha": 3.0, "beta": 6e-6}, "share_axis": ("c2p",)}
+    pr = merge_priors(collapsed)
+    model = build_model(build_design(demo_subset), collapsed)
     names = {v.name for v in model.free_RVs}
-    assert "log_c1_dev" in names and "tau_c1" not in names
+    assert {"log_c1_dev", "trend_logit", "trend_c2p"} <= names and "tau_c1" not in names
+    assert "tau_c1" in {v.name for v in build_model(build_design(demo_subset)).free_RVs}
     n = len(model.coords["sweep"])
     dev = np.random.default_rng(3).normal(0.0, 0.004, n)
     point = model.initial_point()

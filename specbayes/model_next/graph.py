@@ -451,8 +451,8 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     have their own, pooled across its cells by the same trend shares :math:`w` and cell
     scales :math:`s`. :math:`\mu` is centred at the roofline magnitudes where the catalog
     knows the verifier, GPU and drafter (:func:`~specbayes.model_next.priors.group_level_prior`),
-    :math:`\tau_1` learned and :math:`\tau_2` a fixed jitter; the sweep deviations are sampled
-    non-centred (:func:`_sweep_level`).
+    :math:`\tau_1` learned and integrated out (:func:`_c1_deviations`) and :math:`\tau_2` a
+    fixed jitter; the sweep deviations are sampled non-centred (:func:`_sweep_level`).
     """
     coefs = design.coords["coef"]
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
@@ -496,11 +496,16 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
         design.decode, None, design.k, passes, c1c=_cycle_overhead(design, pr),
         c2c=_spec_seq_overhead(design, pr, trend, centre),
     )  # fmt: skip
-    # C1's deviations with their variance tau_c1^2 ~ IG(a, b) integrated out (drawn after
-    # sampling, sampling.add_collapsed); C2's scale is a fixed jitter (priors: ``c2_jitter``)
+    # C1's deviation scale is learned (with ``c1_dev``: integrated out, drawn after sampling,
+    # sampling.add_collapsed); C2's is a fixed jitter (priors: ``c2_jitter``)
     centred = pr["centred_sweeps"]
-    log_c1 = _c1_deviations(pt.log(c1_eff), pr["c1_dev"], centred["C1"])
     jitter = pm.Data("c2_jitter", np.float64(pr["c2_jitter"]))
+    if pr["c1_dev"] is None:
+        tau_c1 = pm.Gamma("tau_c1", **pr["tau"])
+        tau = pm.Deterministic("tau", pt.stack([tau_c1, jitter]), dims="cost")
+        log_c1 = _sweep_level("log_c1_sweep", pt.log(c1_eff), tau[0], None, centred["C1"])
+    else:
+        log_c1 = _c1_deviations(pt.log(c1_eff), pr["c1_dev"], centred["C1"])
     log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), jitter, design.log_wall, centred["C2"])
     c2v_group = pt.exp(mu_v[:, design.coords["coef_v"].index("c2v")])
     return log_c1, log_c2, (c_v[:, 2], c_v[:, 3], c_d[:, 1], passes, c2v_group)
@@ -510,8 +515,9 @@ def _trend_shares(design: Design, pr: dict):
     r"""The trended coefficients' shares :math:`w_j`, :math:`\mathrm{logit}\,w_j \sim
     \mathcal N(m, s)` (``trend``), dims ``coef_t``.
 
-    Sampled on the logit axis, except ``c2p``'s on :class:`ShareTransform`'s (the same prior):
-    a request's prefill cost per concurrent request grows about in proportion to its prompt
+    Sampled on the logit axis; those in ``share_axis`` (experimental; ``("c2p",)``) on
+    :class:`ShareTransform`'s (the same prior): a request's prefill cost per concurrent
+    request grows about in proportion to its prompt
     (``docs/model.md``), so its share sits near 1, where the logit axis stretches a posterior
     that the small-prefill cells pin linearly in :math:`w` into a skewed, bent ridge (the
     two-drafter set's worst-mixing variable, ``benchmarks/model_core.md``). Shares the rows
@@ -520,16 +526,15 @@ def _trend_shares(design: Design, pr: dict):
     """
     names = design.coords["coef_t"]
     model = pm.Model.get_context()
-    near_one = [c for c in names if c == "c2p"]
+    near_one = [c for c in names if c in pr["share_axis"]]
     rest = [c for c in names if c not in near_one]
     parts = {}
     if rest:
         model.add_coord("coef_t_logit", rest)
         logit = pm.Normal("trend_logit", **pr["trend"], dims="coef_t_logit")
         parts.update({c: pm.math.sigmoid(logit[i]) for i, c in enumerate(rest)})
-    if near_one:
-        w = pm.LogitNormal("trend_c2p", **pr["trend"], default_transform=SHARE_AXIS)
-        parts["c2p"] = w
+    for c in near_one:
+        parts[c] = pm.LogitNormal(f"trend_{c}", **pr["trend"], default_transform=SHARE_AXIS)
     return pm.Deterministic("trend", pt.stack([parts[c] for c in names]), dims="coef_t")
 
 
@@ -779,11 +784,12 @@ def _group_levels(design: Design, pr: dict, loc: np.ndarray, sd: np.ndarray):
 def _c1_deviations(loc, prior: dict, centred: bool):
     r"""Each sweep's :math:`\log C_1`: its decomposition ``loc`` plus a deviation
     :math:`d_s \sim \mathcal N(0, \tau_{C_1})` with :math:`\tau_{C_1}^2 \sim
-    \mathrm{InverseGamma}(a, b)` integrated out (:func:`~specbayes.model_next.likelihood.
-    collapsed_logp` of the deviations; :math:`\tau_{C_1}` is drawn from its exact conditional
-    after sampling). With the scale sampled, its log axis mixed worst on the demo and the
-    two-drafter set (a long tail towards 0, where the data cannot tell a small scale from
-    none; ``benchmarks/model_core.md``); integrated out there is no scale to mix.
+    \mathrm{InverseGamma}(a, b)` integrated out (the deviations' density is
+    :func:`collapsed_logp` with unit row scales; :math:`\tau_{C_1}` is drawn from its exact
+    conditional after sampling, :func:`specbayes.model_next.sampling.add_collapsed`). With
+    the scale sampled, its log axis mixed worst on the demo and the two-drafter set (a long
+    tail towards 0, where the data cannot tell a small scale from none;
+    ``benchmarks/model_core.md``); integrated out there is no scale to mix.
 
     Non-centred (default): the deviations are sampled; centred: :math:`\log C_{1s}` itself.
     """

@@ -66,7 +66,11 @@ Pooled structure (coefficients shared across sweeps)
         tails fall only polynomially, still left divergent draws at a scale of 0.3 % in a
         validation fold of the demo with three cells per group; the log-normal's falls like
         a Gaussian in the log (``benchmarks/model_core.md``).
+    ``tau``
+        Gamma prior of the scale of a sweep's :math:`\log C_1` deviation from the cycle
+        decomposition (zero-avoiding, mode 1 %), sampled (where ``c1_dev`` is None).
     ``c1_dev``
+        Experimental, default None (``tau`` above). A dict ``{"alpha": 3.0, "beta": 6e-6}``:
         InverseGamma(alpha, beta) prior of the variance :math:`\tau_{C_1}^2` of a sweep's
         :math:`\log C_1` deviation from the cycle decomposition, integrated out of the sampled
         density (:func:`specbayes.model_next.graph._c1_deviations`; its draws are taken from
@@ -75,7 +79,15 @@ Pooled structure (coefficients shared across sweeps)
         it (alone it leans small: its density on :math:`\log\tau_{C_1}` falls ~9 nats from
         0.14 % to 1 %). Shape 3: the collapsed deviations' joint density is a scale mixture
         whose tails follow the shape (at 1 and 2 the tails of a two-drafter fit and of the
-        slow tier's closed-loop set reached R-hat 1.02; ``benchmarks/model_core.md``).
+        slow tier's closed-loop set reached R-hat 1.02; ``benchmarks/model_core.md``). Not
+        the default yet: with it and ``share_axis=("c2p",)`` the two-drafter set is healthy at
+        4 of 4 seeds and the slow tier's latent-alpha set too, but its unseen-cell test ended
+        at R-hat 1.02.
+    ``share_axis``
+        Experimental, default ``()``: the trend shares sampled on
+        :class:`specbayes.model_next.graph.ShareTransform`'s axis instead of the logit (the
+        same prior); ``("c2p",)`` for the share that sits near 1 (with every share on it the
+        default tier's set diverged).
     ``c2_jitter``
         The fixed scale of a sweep's :math:`\log C_2` deviation: the rows do not resolve it
         (a learned scale sat at zero and mixed badly: ``benchmarks/model_core.md``), but a
@@ -253,7 +265,11 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "trend": {"mu": 1.5, "sigma": 1.0},
     "alpha_logit": {"mu": 1.0, "sigma": 0.8, "cell_sigma": 0.6},
     "cell_sd": {"mu": float(np.log(0.035)), "sigma": 0.5},
-    "c1_dev": {"alpha": 3.0, "beta": 6e-6},
+    "tau": {"alpha": 2.0, "beta": 100.0},
+    # experimental: the C1 deviations' scale integrated out, e.g. {"alpha": 3.0, "beta": 6e-6}
+    "c1_dev": None,
+    # experimental: trend shares sampled on graph.ShareTransform's axis, e.g. ("c2p",)
+    "share_axis": (),
     "c2_jitter": 0.005,
     # batch curvature: inverse knee (roofline ridges) of each (verifier, hardware); None = off
     "inverse_knee": None,
