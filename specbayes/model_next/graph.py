@@ -47,6 +47,7 @@ from specbayes.model_next.likelihood import (
 )
 from specbayes.model_next.metrics import check_metrics, metric_likelihood
 from specbayes.model_next.priors import (
+    COEFS,
     cell_centring,
     group_level_prior,
     merge_priors,
@@ -451,8 +452,9 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     have their own, pooled across its cells by the same trend shares :math:`w` and cell
     scales :math:`s`. :math:`\mu` is centred at the roofline magnitudes where the catalog
     knows the verifier, GPU and drafter (:func:`~specbayes.model_next.priors.group_level_prior`),
-    :math:`\tau_1` learned and integrated out (:func:`_c1_deviations`) and :math:`\tau_2` a
-    fixed jitter; the sweep deviations are sampled non-centred (:func:`_sweep_level`).
+    :math:`\tau_1` learned (integrated out where ``c1_dev`` asks: :func:`_c1_deviations`) and
+    :math:`\tau_2` a fixed jitter; the sweep deviations are sampled non-centred
+    (:func:`_sweep_level`).
     """
     coefs = design.coords["coef"]
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
@@ -525,6 +527,9 @@ def _trend_shares(design: Design, pr: dict):
     near 1 is a steep wall (10 divergences on the default tier's set with every share on it).
     """
     names = design.coords["coef_t"]
+    unknown = sorted(set(pr["share_axis"]) - set(COEFS))
+    if unknown:
+        raise ValueError(f"share_axis names {unknown}, not coefficients; known: {list(COEFS)}")
     model = pm.Model.get_context()
     near_one = [c for c in names if c in pr["share_axis"]]
     rest = [c for c in names if c not in near_one]
