@@ -536,8 +536,8 @@ def _trend_shares(design: Design, pr: dict):
     parts = {}
     if rest:
         model.add_coord("coef_t_logit", rest)
-        logit = pm.Normal("trend_logit", **pr["trend"], dims="coef_t_logit")
-        parts.update({c: pm.math.sigmoid(logit[i]) for i, c in enumerate(rest)})
+        w = pm.math.sigmoid(pm.Normal("trend_logit", **pr["trend"], dims="coef_t_logit"))
+        parts.update({c: w[i] for i, c in enumerate(rest)})
     for c in near_one:
         parts[c] = pm.LogitNormal(f"trend_{c}", **pr["trend"], default_transform=SHARE_AXIS)
     return pm.Deterministic("trend", pt.stack([parts[c] for c in names]), dims="coef_t")
