@@ -97,9 +97,9 @@ def test_share_axis_is_a_bijection_onto_the_unit_interval_with_its_jacobian():
 
 
 def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
-    """Pooled, with ``c1_dev`` (experimental): each sweep's log C1 is its decomposition plus a
-    deviation whose scale is integrated out (no sampled ``tau_c1``; sampled by default); the
-    deviations' density is the collapsed one, and
+    """Pooled, by default (``c1_dev``): each sweep's log C1 is its decomposition plus a
+    deviation whose scale is integrated out (no sampled ``tau_c1``; sampled where ``c1_dev`` is
+    None); the deviations' density is the collapsed one, and
     ``tau`` is drawn from its exact conditional IG(a + S/2, b + sum d^2 / 2) after sampling."""
     import arviz as az
     import xarray as xr
@@ -107,12 +107,13 @@ def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
     from specbayes.model_next.likelihood import collapsed_logp
     from specbayes.model_next.sampling import add_collapsed
 
-    collapsed = {"c1_dev": {"alpha": 3.0, "beta": 6e-6}, "share_axis": ("c2p",)}
-    pr = merge_priors(collapsed)
-    model = build_model(build_design(demo_subset), collapsed)
+    pr = merge_priors(None)
+    model = build_model(build_design(demo_subset))
     names = {v.name for v in model.free_RVs}
     assert {"log_c1_dev", "trend_logit", "trend_c2p"} <= names and "tau_c1" not in names
-    assert "tau_c1" in {v.name for v in build_model(build_design(demo_subset)).free_RVs}
+    sampled = build_model(build_design(demo_subset), {"c1_dev": None, "share_axis": ()})
+    assert {"tau_c1", "trend_logit"} <= {v.name for v in sampled.free_RVs}
+    assert "trend_c2p" not in sampled.named_vars
     n = len(model.coords["sweep"])
     dev = np.random.default_rng(3).normal(0.0, 0.004, n)
     point = model.initial_point()

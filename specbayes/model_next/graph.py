@@ -452,9 +452,9 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     have their own, pooled across its cells by the same trend shares :math:`w` and cell
     scales :math:`s`. :math:`\mu` is centred at the roofline magnitudes where the catalog
     knows the verifier, GPU and drafter (:func:`~specbayes.model_next.priors.group_level_prior`),
-    :math:`\tau_1` learned (integrated out where ``c1_dev`` asks: :func:`_c1_deviations`) and
-    :math:`\tau_2` a fixed jitter; the sweep deviations are sampled non-centred
-    (:func:`_sweep_level`).
+    :math:`\tau_1` learned — integrated out (:func:`_c1_deviations`; sampled where the
+    ``c1_dev`` prior is None) — and :math:`\tau_2` a fixed jitter; the sweep deviations are
+    sampled non-centred (:func:`_sweep_level`).
     """
     coefs = design.coords["coef"]
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
@@ -498,8 +498,8 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
         design.decode, None, design.k, passes, c1c=_cycle_overhead(design, pr),
         c2c=_spec_seq_overhead(design, pr, trend, centre),
     )  # fmt: skip
-    # C1's deviation scale is learned (with ``c1_dev``: integrated out, drawn after sampling,
-    # sampling.add_collapsed); C2's is a fixed jitter (priors: ``c2_jitter``)
+    # C1's deviation scale is learned (integrated out, drawn after sampling by
+    # sampling.add_collapsed; sampled where c1_dev is None); C2's is a fixed jitter
     centred = pr["centred_sweeps"]
     jitter = pm.Data("c2_jitter", np.float64(pr["c2_jitter"]))
     if pr["c1_dev"] is None:
@@ -517,7 +517,7 @@ def _trend_shares(design: Design, pr: dict):
     r"""The trended coefficients' shares :math:`w_j`, :math:`\mathrm{logit}\,w_j \sim
     \mathcal N(m, s)` (``trend``), dims ``coef_t``.
 
-    Sampled on the logit axis; those in ``share_axis`` (experimental; ``("c2p",)``) on
+    Sampled on the logit axis; those in ``share_axis`` (default ``("c2p",)``) on
     :class:`ShareTransform`'s (the same prior): a request's prefill cost per concurrent
     request grows about in proportion to its prompt
     (``docs/model.md``), so its share sits near 1, where the logit axis stretches a posterior

@@ -68,26 +68,29 @@ Pooled structure (coefficients shared across sweeps)
         a Gaussian in the log (``benchmarks/model_core.md``).
     ``tau``
         Gamma prior of the scale of a sweep's :math:`\log C_1` deviation from the cycle
-        decomposition (zero-avoiding, mode 1 %), sampled (where ``c1_dev`` is None).
+        decomposition (zero-avoiding, mode 1 %), sampled — only where ``c1_dev`` is None (the
+        model before 2026-12-06).
     ``c1_dev``
-        Experimental, default None (``tau`` above). A dict ``{"alpha": 3.0, "beta": 6e-6}``:
-        InverseGamma(alpha, beta) prior of the variance :math:`\tau_{C_1}^2` of a sweep's
-        :math:`\log C_1` deviation from the cycle decomposition, integrated out of the sampled
-        density (:func:`specbayes.model_next.graph._c1_deviations`; its draws are taken from
-        the exact conditional after sampling, ``tau``). InverseGamma(3, 6·10⁻⁶) weighs as
-        six sweeps deviating by 0.14 %: a pooled fit's tens to thousands of sweeps outweigh
-        it (alone it leans small: its density on :math:`\log\tau_{C_1}` falls ~9 nats from
-        0.14 % to 1 %). Shape 3: the collapsed deviations' joint density is a scale mixture
-        whose tails follow the shape (at 1 and 2 the tails of a two-drafter fit and of the
-        slow tier's closed-loop set reached R-hat 1.02; ``benchmarks/model_core.md``). Not
-        the default yet: with it and ``share_axis=("c2p",)`` the two-drafter set is healthy at
-        4 of 4 seeds and the slow tier's latent-alpha set too, but its unseen-cell test ended
-        at R-hat 1.02.
+        InverseGamma(3, 6·10⁻⁵) prior of the variance :math:`\tau_{C_1}^2` of a sweep's
+        :math:`\log C_1` deviation from the cycle decomposition, integrated out of the
+        sampled density (:func:`specbayes.model_next.graph._c1_deviations`; its draws are
+        taken from the exact conditional after sampling, ``tau``). It weighs as six sweeps
+        deviating by 0.45 %: a pooled fit's tens to thousands of sweeps outweigh it. With the
+        scale sampled on its log axis, it mixed worst on the demo and the two-drafter set (a
+        long tail towards 0, where the rows cannot tell a small scale from none). Shape 3:
+        the collapsed deviations' joint density is a scale mixture whose tails follow the
+        shape (at 1 and 2 tails reached R-hat 1.02). Scale 6·10⁻⁵, not 6·10⁻⁶: a prior
+        leaning to 0.14 % made a sharp peak at zero in the deviations' density, where noisy
+        rows pin each sweep's C1 less tightly than the deviations' scale (the unseen-cell
+        set, noise 2 %, scale 0.6 %: R-hat 1.35); ``benchmarks/model_core.md``. ``None``: the
+        scale sampled with the ``tau`` prior.
     ``share_axis``
-        Experimental, default ``()``: the trend shares sampled on
-        :class:`specbayes.model_next.graph.ShareTransform`'s axis instead of the logit (the
-        same prior); ``("c2p",)`` for the share that sits near 1 (with every share on it the
-        default tier's set diverged).
+        Trend shares sampled on :class:`specbayes.model_next.graph.ShareTransform`'s axis (a
+        smooth clamp linear in the share) instead of the logit, the same prior; default
+        ``("c2p",)``, the share that sits near 1 (a request's prefill cost growing with its
+        prompt), where on the logit axis its posterior was a bent ridge with the small-prefill
+        cells' coefficients. With every share on it the default tier's set diverged (``c1p``'s
+        prior-only share met the clamp's wall). ``()``: every share on the logit axis.
     ``c2_jitter``
         The fixed scale of a sweep's :math:`\log C_2` deviation: the rows do not resolve it
         (a learned scale sat at zero and mixed badly: ``benchmarks/model_core.md``), but a
@@ -266,10 +269,10 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "alpha_logit": {"mu": 1.0, "sigma": 0.8, "cell_sigma": 0.6},
     "cell_sd": {"mu": float(np.log(0.035)), "sigma": 0.5},
     "tau": {"alpha": 2.0, "beta": 100.0},
-    # experimental: the C1 deviations' scale integrated out, e.g. {"alpha": 3.0, "beta": 6e-6}
-    "c1_dev": None,
-    # experimental: trend shares sampled on graph.ShareTransform's axis, e.g. ("c2p",)
-    "share_axis": (),
+    # the C1 deviations' scale integrated out (None: sampled with the "tau" prior)
+    "c1_dev": {"alpha": 3.0, "beta": 6e-5},
+    # trend shares sampled on graph.ShareTransform's axis (a smooth clamp), not the logit
+    "share_axis": ("c2p",),
     "c2_jitter": 0.005,
     # batch curvature: inverse knee (roofline ridges) of each (verifier, hardware); None = off
     "inverse_knee": None,
