@@ -157,8 +157,8 @@ def c2r_crossing_alpha(
     Parameters
     ----------
     coefs : dict
-        Coefficient draws (``c1p ... c2d``, and ``c2c`` where the fit has it), each
-        ``(sample,)``.
+        Coefficient draws (``c1p ... c2d``, and ``c2c``, ``prefill_share`` where the fit has
+        them), each ``(sample,)``.
     decode : float
         Output tokens g.
     k : int
@@ -166,10 +166,11 @@ def c2r_crossing_alpha(
     """
     c = [np.asarray(coefs[name], dtype=float) for name in plan.COEFFICIENTS]
     _, c2_dense = laws.effective_costs(*c, decode, 0.5, 0)
-    c2c = np.asarray(coefs.get("c2c", 0.0), dtype=float)  # a cycle's cost per sequence
+    # a cycle's cost per sequence and the drafter's prefill share, where the fit has them
+    extra = {n: np.asarray(coefs.get(n, 0.0), dtype=float) for n in ("c2c", "prefill_share")}
 
     def c2r(alpha: np.ndarray) -> np.ndarray:
-        return laws.effective_costs(*c, decode, alpha, k, c2c=c2c)[1] / c2_dense
+        return laws.effective_costs(*c, decode, alpha, k, **extra)[1] / c2_dense
 
     lo = np.zeros_like(c[0])
     hi = np.ones_like(c[0])

@@ -724,6 +724,7 @@ def effective_costs(
     passes: Any = None,
     c1c: Any = 0.0,
     c2c: Any = 0.0,
+    prefill_share: Any = 0.0,
 ) -> tuple[Any, Any]:
     r"""Effective :math:`(C_1, C_2)` of a speculative configuration (cycle decomposition).
 
@@ -732,16 +733,20 @@ def effective_costs(
 
     .. math::
 
-        C_{1,\mathrm{eff}} = c_{1p} + \frac{g}{E}\,(c_{1v} + c_{1c} + k\,c_{1d}), \qquad
-        C_{2,\mathrm{eff}} = c_{2p} + \frac{g}{E}\,(c_{2v} + c_{2c} + k\,c_{2d})
+        C_{1,\mathrm{eff}} = c_{1p}(1 + \rho) + \frac{g}{E}\,(c_{1v} + c_{1c} + k\,c_{1d}),
+        \qquad
+        C_{2,\mathrm{eff}} = c_{2p}(1 + \rho) + \frac{g}{E}\,(c_{2v} + c_{2c} + k\,c_{2d})
 
     Dense decoding is ``k = 0`` (E = 1): :math:`C = c_p + g\,c_v`. :math:`c_{1c}` is a fixed
     cost of every speculative cycle that is neither the verifier's pass nor a drafter pass
     (rejection sampling, the proposer's bookkeeping, a synchronisation per cycle; 0 in the
     paper's decomposition, where a cycle at k = 0 costs a dense step); :math:`c_{2c}` the
     same per concurrent sequence (a verification's multi-token queries that an attention
-    kernel runs unpacked, :func:`specbayes.model_next.physics.spec_seq_centre`). Both are
-    paid only where ``k > 0``.
+    kernel runs unpacked, :func:`specbayes.model_next.physics.spec_seq_centre`). :math:`\rho`
+    is the drafter's share of the prefill: the proposer runs over the prompt's tokens too
+    (a draft model builds its KV cache, an EAGLE head its hidden states;
+    :func:`specbayes.model_next.physics.drafter_prefill_share`), 0 in the paper's
+    decomposition. All three are paid only where ``k > 0``.
 
     Parameters
     ----------
@@ -760,6 +765,8 @@ def effective_costs(
         Fixed C1 cost of a speculative cycle (s), see above.
     c2c : array_like, default 0
         Its C2 counterpart (s per concurrent request), see above.
+    prefill_share : array_like, default 0
+        :math:`\rho`, the drafter's prefill over the verifier's, see above.
 
     Returns
     -------
@@ -767,8 +774,9 @@ def effective_costs(
     """
     if passes is None:
         passes = verifier_passes(decode, alpha, k)
-    c1 = cycle_cost(c1p, passes, pass_cost(c1v, c1d, k, c1c))
-    c2 = cycle_cost(c2p, passes, pass_cost(c2v, c2d, k, c2c))
+    prefill = 1.0 + prefill_share * (k > 0)
+    c1 = cycle_cost(c1p * prefill, passes, pass_cost(c1v, c1d, k, c1c))
+    c2 = cycle_cost(c2p * prefill, passes, pass_cost(c2v, c2d, k, c2c))
     return c1, c2
 
 

@@ -366,6 +366,30 @@ def test_cost_per_sequence_of_a_cycle_is_paid_in_c2_by_speculative_cycles_only()
     assert k_best == 0 and laws.optimal_k(3.0, 0.7, 256, *base[:6], ks=range(0, 5))[0] > 0
 
 
+def test_drafter_prefill_share_scales_the_prompt_cost_of_speculative_requests_only():
+    """rho: the drafter's prefill over the verifier's, paid once per SD request in both costs;
+    the cycles and dense decoding keep theirs."""
+    base = (0.1, 0.02, 0.003, 0.01, 0.001, 0.0002, 256)
+    c1, c2 = laws.effective_costs(*base, 0.7, 4, prefill_share=0.1)
+    plain = laws.effective_costs(*base, 0.7, 4)
+    assert c1 == pytest.approx(plain[0] + 0.1 * 0.1) and c2 == pytest.approx(plain[1] + 0.1 * 0.01)
+    dense = laws.effective_costs(*base, 0.7, 0, prefill_share=0.1)
+    assert dense == laws.effective_costs(*base, 0.7, 0)
+
+
+def test_drafter_prefill_share_follows_the_drafters_prompt_compute():
+    """The roofline's rho: an EAGLE-3 head (one layer) adds a few per cent of the verifier's
+    prefill, a 1.7B draft model of a 14B verifier about a ninth; None for a drafter the catalog
+    does not know."""
+    from specbayes.model_next.physics import drafter_prefill_share
+
+    head = drafter_prefill_share("Qwen3-14B", "A100-SXM-80GB", "EAGLE3-Qwen3-14B", 512)
+    small = drafter_prefill_share("Qwen3-14B", "A100-SXM-80GB", "Qwen3-1.7B", 512)
+    assert 0.02 < head < 0.05 and 0.08 < small < 0.14
+    assert drafter_prefill_share("Qwen3-14B", "A100-SXM-80GB", "my-drafter", 512) is None
+    assert drafter_prefill_share("my-model", "A100-SXM-80GB", "Qwen3-1.7B", 512) is None
+
+
 def test_cycle_overhead_is_paid_by_speculative_cycles_only():
     """c1c: a fixed C1 cost per speculative cycle; dense decoding (k = 0) and C2 keep theirs."""
     base = (0.1, 0.02, 0.003, 0.01, 0.001, 0.0002, 256)

@@ -509,3 +509,24 @@ def test_knee_pooled_open_loop_finite(demo_subset):
     assert np.isfinite(prior.prior["mu"].values).all()
     assert np.isfinite(prior.prior_predictive["log_latency"].values).all()
     assert np.isfinite(model.compile_logp()(model.initial_point()))
+
+
+def test_drafter_prefill_share_is_one_per_draft_group(demo_subset):
+    """rho, the drafter's prefill over the verifier's (opt-in): one log-normal per (verifier,
+    GPU, drafter), centred at the roofline's ratio for a catalogued drafter; off by default."""
+    from specbayes.model_next.physics import drafter_prefill_share
+    from specbayes.model_next.priors import DRAFTER_PREFILL
+
+    model = build_model(build_design(demo_subset), {"drafter_prefill": DRAFTER_PREFILL})
+    assert model.named_vars_to_dims["drafter_prefill"] == ("draft_group",)
+    groups = model.coords["draft_group"]
+    prior = pm.sample_prior_predictive(
+        2000, model=model, random_seed=1, var_names=["drafter_prefill"]
+    )
+    median = prior.prior["drafter_prefill"].median(("chain", "draw")).values
+    for label, m in zip(groups, median, strict=True):
+        verifier, hardware, drafter = label.split("|")
+        at = drafter_prefill_share(verifier, hardware, drafter, 512)
+        expect = 0.1 if at is None else at
+        assert m == pytest.approx(expect, rel=0.15), (label, m, expect)
+    assert "drafter_prefill" not in build_model(build_design(demo_subset)).named_vars

@@ -314,8 +314,8 @@ class NextFit:
     # -- coefficients -------------------------------------------------------------------------
     def coefficients(self, rows: pd.DataFrame, seed: int | None = None) -> xr.Dataset:
         """Posterior draws of the six cycle coefficients per row (seconds), dims (sample, row),
-        and ``c1c``, ``c2c`` (the costs per speculative cycle: fixed, per sequence) where the
-        fit has them.
+        and ``c1c``, ``c2c`` (the costs per speculative cycle: fixed, per sequence) and
+        ``prefill_share`` (the drafter's prefill over the verifier's) where the fit has them.
 
         A unit (verifier, hardware, cell) the fit saw uses its draws; in the pooled
         structure an unseen cell of a fitted (verifier, hardware) gets the hierarchy's
@@ -357,6 +357,10 @@ class NextFit:
             context = np.exp(trend[:, d.coords["coef"].index("c2v")])
             data["c2c"] = (
                 ("sample", "row"), self._cycle_overhead(rows, "spec_seq_overhead") * context
+            )  # fmt: skip
+        if "drafter_prefill" in post:  # rho, the drafter's prefill over the verifier's
+            data["prefill_share"] = (
+                ("sample", "row"), self._cycle_overhead(rows, "drafter_prefill")
             )  # fmt: skip
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
 
@@ -506,7 +510,7 @@ class NextFit:
             alpha = self._alpha(new)
             decode, k = new["decode"].to_numpy(float), new["k"].to_numpy(float)
             parts = [coef[c].values for c in COEFS]
-            cycle = {c: coef[c].values for c in ("c1c", "c2c") if c in coef}
+            cycle = {c: coef[c].values for c in ("c1c", "c2c", "prefill_share") if c in coef}
             c1, c2 = laws.effective_costs(*parts, decode, alpha, k, **cycle)
             n1, n2 = self._sweep_deviation(new, np.log(c2), measured, seed)
             log_c1[:, ~seen] = np.log(c1) + n1

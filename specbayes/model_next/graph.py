@@ -49,6 +49,7 @@ from specbayes.model_next.metrics import check_metrics, metric_likelihood
 from specbayes.model_next.priors import (
     COEFS,
     cell_centring,
+    drafter_prefill_prior,
     group_level_prior,
     merge_priors,
     spec_seq_prior,
@@ -497,6 +498,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
         c_v[:, 0], c_v[:, 1], c_d[:, 0], c_v[:, 2], c_v[:, 3], c_d[:, 1],
         design.decode, None, design.k, passes, c1c=_cycle_overhead(design, pr),
         c2c=_spec_seq_overhead(design, pr, trend, centre),
+        prefill_share=_drafter_prefill(design, pr, centre),
     )  # fmt: skip
     # C1's deviation scale is learned (integrated out, drawn after sampling by
     # sampling.add_collapsed; sampled where c1_dev is None); C2's is a fixed jitter
@@ -567,6 +569,25 @@ def _spec_seq_overhead(design: Design, pr: dict, trend: np.ndarray, centre: np.n
     c2c = _scatter(c2c, index, len(design.coords["draft_group"]))  # 0 where the kernel packs
     context = np.exp(trend[:, design.coords["coef"].index("c2v")])[design.sweep_unit]
     return c2c[design.draft_group_of[np.maximum(design.sweep_draft, 0)]] * context
+
+
+def _drafter_prefill(design: Design, pr: dict, centre: np.ndarray):
+    r"""Each sweep's drafter prefill share :math:`\rho` (0 on dense sweeps).
+
+    With the ``drafter_prefill`` prior: one :math:`\log\rho \sim \mathcal N(m, s)` per
+    (verifier, hardware, drafter) (:func:`~specbayes.model_next.priors.drafter_prefill_prior`),
+    the same in every cell: the drafter's prompt compute over the verifier's, which the
+    cells' prompt lengths barely move (3.36–3.32 % for an EAGLE-3 head from 256 to 4,096
+    tokens, 10.8–11.7 % for a draft model). An SD request's prefill then costs
+    :math:`c_p(1 + \rho)` (:func:`specbayes.laws.effective_costs`).
+    """
+    if pr.get("drafter_prefill") is None or not design.coords["draft_unit"]:
+        return 0.0
+    if design.level != "sd":
+        return 0.0
+    loc, scale = drafter_prefill_prior(design, pr, centre)
+    rho = pm.LogNormal("drafter_prefill", loc, scale, dims="draft_group")
+    return rho[design.draft_group_of[np.maximum(design.sweep_draft, 0)]] * (design.k > 0)
 
 
 def _cycle_overhead(design: Design, pr: dict):

@@ -453,6 +453,41 @@ def spec_seq_centre(
     return pair_s * (rows - q) * (float(prefill) + 0.5 * float(decode))
 
 
+def drafter_prefill_share(
+    verifier: str, hardware: str, drafter: str, prefill: float, *, tp: int = 1
+) -> float | None:
+    r"""Roofline magnitude of :math:`\rho`, the drafter's prefill over the verifier's
+    (:func:`specbayes.laws.effective_costs`), at a prompt of ``prefill`` tokens.
+
+    vLLM V1's proposer runs its first pass over every token the verifier processed in a step,
+    prefill chunks included (``vllm/v1/spec_decode/llm_base_proposer.py``
+    ``set_inputs_first_pass``; a parallel drafter's one pass likewise): a draft model builds
+    its KV cache of the prompt, an EAGLE head its hidden states. So an SD request's prefill
+    costs the verifier's and the drafter's prompt compute,
+
+    .. math::  \rho = \frac{\tau_d\,p + f_{a,d}\,p(p + 1)/2}{\tau_v\,p + f_{a,v}\,p(p + 1)/2}
+
+    (per-token GEMM and KV time :math:`\tau`, attention pairs :math:`f_a`; the module
+    docstring). Without it a dense and an SD sweep of a cell share one :math:`c_p`, and the
+    drafter's prefill, paid once per request, is read as fewer accepted tokens per cycle
+    (the serving simulator's two-drafter set: the EAGLE-3 head's alpha ~0.02 low, unbiased
+    with the term; ``benchmarks/model_core.md``). ``None`` when the catalog does not know the
+    verifier, the GPU or the drafter.
+    """
+    model, hw = _find(catalog.load_model, verifier), _find(catalog.load_hardware, hardware)
+    if model is None or hw is None or drafter.strip().lower() == "none":
+        return None
+    spec = _find(catalog.load_drafter, drafter, f"{drafter}-{model.name}")
+    if spec is None:
+        return None
+    p = max(float(prefill), 1.0)
+    v, d = (_pass(g, hw, int(tp)) for g in (model.geometry(), spec.geometry()))
+    return float(
+        (d.token_s * p + d.pair_s * p * (p + 1.0) / 2.0)
+        / (v.token_s * p + v.pair_s * p * (p + 1.0) / 2.0)
+    )
+
+
 def _fa2(hw) -> bool:
     """Whether vLLM runs FlashAttention 2 on the GPU (hardware file ``[sim] attention``)."""
     with hw.path.open("rb") as fh:

@@ -91,6 +91,18 @@ Pooled structure (coefficients shared across sweeps)
         prompt), where on the logit axis its posterior was a bent ridge with the small-prefill
         cells' coefficients. With every share on it the default tier's set diverged (``c1p``'s
         prior-only share met the clamp's wall). ``()``: every share on the logit axis.
+    ``drafter_prefill``
+        Log-normal prior of :math:`\rho`, the drafter's prefill over the verifier's per
+        (verifier, hardware, drafter): an SD request's prefill is :math:`c_p(1 + \rho)`
+        (:func:`specbayes.laws.effective_costs`; vLLM's proposer runs over the prompt too).
+        Around the roofline's ratio (:func:`specbayes.model_next.physics.drafter_prefill_share`:
+        3.4 % for Qwen3-14B's EAGLE-3 head, 11 % for a Qwen3-1.7B draft model) with log sd
+        ``sigma``; around ``generic`` (10 %, log sd ``generic_sigma``) where the catalog does
+        not know the drafter. Experimental, default ``None`` (no term, the paper's
+        decomposition); :data:`DRAFTER_PREFILL` turns it on. On the serving simulator's
+        two-drafter set it removes the EAGLE-3 head's alpha bias and the planner's best k
+        matches the simulator's at 16 of 16 points, but seed 1's fit has 12 divergences
+        (``benchmarks/model_core.md``).
     ``c2_jitter``
         The fixed scale of a sweep's :math:`\log C_2` deviation: the rows do not resolve it
         (a learned scale sat at zero and mixed badly: ``benchmarks/model_core.md``), but a
@@ -236,6 +248,10 @@ CYCLE_OVERHEAD: dict[str, float] = {"mu": float(np.log(1e-3)), "sigma": 1.0}
 #: catalog knows the verifier and GPU; none where that centre is 0 (a kernel that packs the
 #: GQA group); around ``generic`` (s; about a sequence's KV read at a few hundred tokens) with
 #: ``generic_sigma`` where the catalog does not know the GPU (or the verifier on an FA2 GPU).
+#: The ``drafter_prefill`` prior's opt-in setting: log sd around the roofline's ratio, and the
+#: centre and log sd where the catalog does not know the drafter.
+DRAFTER_PREFILL: dict[str, float] = {"sigma": 0.5, "generic": 0.1, "generic_sigma": 1.0}
+
 SPEC_SEQ_OVERHEAD: dict[str, float] = {
     "sigma": 1.0,
     "generic": 1e-4,
@@ -283,6 +299,9 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "cycle_overhead": CYCLE_OVERHEAD,
     # ... and per concurrent sequence (c2c, proportional to the context); None = off
     "spec_seq_overhead": SPEC_SEQ_OVERHEAD,
+    # experimental: the drafter's prefill over the verifier's, per (verifier, hardware,
+    # drafter), log-normal around physics.drafter_prefill_share, e.g. DRAFTER_PREFILL
+    "drafter_prefill": None,
     "wall_softness": 0.01,
     # per-point metrics beside the mean latency (issue 45; specbayes.model_next.metrics)
     "metric_share": {
@@ -386,6 +405,25 @@ def spec_seq_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, np.ndarr
         loc.append(np.log(prior["generic"] if at is None else at))
         scale.append(prior["generic_sigma"] if at is None else prior["sigma"])
     return groups, np.array(loc), np.array(scale)
+
+
+def drafter_prefill_prior(design, pr: dict, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Log location and scale of each draft group's prefill share :math:`\\rho` (the
+    ``drafter_prefill`` prior) at the trend's centre prompt
+    (:func:`specbayes.model_next.physics.drafter_prefill_share`; ``generic`` where the
+    catalog does not know the verifier, GPU or drafter)."""
+    from specbayes.model_next.physics import drafter_prefill_share
+
+    prior = pr["drafter_prefill"]
+    p_star, _ = centre_cell(design, centre)
+    sweeps = design.extra["sweeps"]
+    loc, scale = [], []
+    for label in design.coords["draft_group"]:
+        verifier, hardware, tp, _ = _setting(design, _draft_sweeps(sweeps, label))
+        at = drafter_prefill_share(verifier, hardware, label.rsplit("|", 1)[1], p_star, tp=tp)
+        loc.append(np.log(prior["generic"] if at is None else at))
+        scale.append(prior["generic_sigma"] if at is None else prior["sigma"])
+    return np.array(loc), np.array(scale)
 
 
 def _roofline(design, sweeps, drafter, p_star: float, g_star: float) -> dict | None:

@@ -59,6 +59,7 @@ def simulate_sweeps(
     unknown_alpha: bool = False,
     cycle_overhead: float = 1e-3,
     spec_seq_overhead: float = 1e-4,
+    prefill_share: float = 0.0,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate dense (and, for ``level="sd"``, SD) sweeps with known coefficients.
@@ -76,7 +77,9 @@ def simulate_sweeps(
     ``c1c`` (:func:`specbayes.laws.effective_costs`), and on a GPU where vLLM runs
     FlashAttention 2 (the A100) ``c2c`` per sequence: ``spec_seq_overhead`` (s, the prior's
     generic centre) at the cells' centre context, proportional to the context ``p + g/2``
-    (:func:`specbayes.model_next.physics.spec_seq_centre`).
+    (:func:`specbayes.model_next.physics.spec_seq_centre`); an SD request's prefill costs
+    ``1 + prefill_share`` times the verifier's (the drafter's prefill, :math:`\rho`; 0 as in
+    the default model, which has none).
 
     Returns
     -------
@@ -85,8 +88,8 @@ def simulate_sweeps(
         rps | concurrency, latency``).
     truth : DataFrame
         One row per (verifier, hardware, cell, drafter) with the true coefficients
-        ``c1p … c2d``, ``c1c`` and ``c2c`` (s) (one row per unit with drafter "none" at
-        ``level="dense"``).
+        ``c1p … c2d``, ``c1c`` and ``c2c`` (s) and ``prefill_share`` (one row per unit with
+        drafter "none" at ``level="dense"``).
     """
     if level not in ("dense", "sd"):
         raise ValueError(f"level must be 'dense' or 'sd', got {level!r}")
@@ -122,13 +125,14 @@ def simulate_sweeps(
     truth["c1c"] = np.where(truth["drafter"] == "none", 0.0, cycle_overhead)
     per_seq = _spec_seq(units, spec_seq_overhead)  # (unit,)
     truth["c2c"] = np.where(truth["drafter"] == "none", 0.0, np.repeat(per_seq, len(names)))
+    truth["prefill_share"] = np.where(truth["drafter"] == "none", 0.0, prefill_share)
     configs = _configurations(units, names, level, alphas, ks, unknown_alpha)
     if unknown_alpha:
         first = configs[configs["k"] > 0].groupby(["unit", "drafter"])["alpha"].first()
         truth["alpha"] = first.reindex(
             list(zip(np.repeat(units.index, len(names)), truth["drafter"], strict=True))
         ).to_numpy()
-    cycle = (cycle_overhead, per_seq)
+    cycle = (cycle_overhead, per_seq, prefill_share)
     rows = _rows(units, configs, coef, loads, tau, sigma, growth, closed_loop, cycle, rng)
     if unknown_alpha:
         rows.loc[rows["k"] > 0, "alpha"] = np.nan
@@ -197,7 +201,7 @@ def _rows(units, configs, coef, loads, tau, sigma, growth, closed, cycle, rng) -
     c = {name: coef[u, configs["slot"].to_numpy(), j] for j, name in enumerate(COEFS)}
     c1, c2 = laws.effective_costs(
         c["c1p"], c["c1v"], c["c1d"], c["c2p"], c["c2v"], c["c2d"], g, alpha, k,
-        c1c=cycle[0], c2c=cycle[1][u],
+        c1c=cycle[0], c2c=cycle[1][u], prefill_share=cycle[2],
     )  # fmt: skip
     log_c1 = np.log(c1) + tau[0] * rng.normal(size=len(k))
     log_c2 = np.log(c2) + tau[1] * rng.normal(size=len(k))
