@@ -774,9 +774,11 @@ def effective_costs(
     """
     if passes is None:
         passes = verifier_passes(decode, alpha, k)
-    prefill = 1.0 + prefill_share * (k > 0)
-    c1 = cycle_cost(c1p * prefill, passes, pass_cost(c1v, c1d, k, c1c))
-    c2 = cycle_cost(c2p * prefill, passes, pass_cost(c2v, c2d, k, c2c))
+    if not (isinstance(prefill_share, float | int) and prefill_share == 0):
+        # the paper's decomposition (no share) keeps its graph as it was
+        c1p, c2p = (c * (1.0 + prefill_share * (k > 0)) for c in (c1p, c2p))
+    c1 = cycle_cost(c1p, passes, pass_cost(c1v, c1d, k, c1c))
+    c2 = cycle_cost(c2p, passes, pass_cost(c2v, c2d, k, c2c))
     return c1, c2
 
 

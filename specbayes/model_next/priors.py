@@ -248,15 +248,15 @@ CYCLE_OVERHEAD: dict[str, float] = {"mu": float(np.log(1e-3)), "sigma": 1.0}
 #: catalog knows the verifier and GPU; none where that centre is 0 (a kernel that packs the
 #: GQA group); around ``generic`` (s; about a sequence's KV read at a few hundred tokens) with
 #: ``generic_sigma`` where the catalog does not know the GPU (or the verifier on an FA2 GPU).
-#: The ``drafter_prefill`` prior's opt-in setting: log sd around the roofline's ratio, and the
-#: centre and log sd where the catalog does not know the drafter.
-DRAFTER_PREFILL: dict[str, float] = {"sigma": 0.5, "generic": 0.1, "generic_sigma": 1.0}
-
 SPEC_SEQ_OVERHEAD: dict[str, float] = {
     "sigma": 1.0,
     "generic": 1e-4,
     "generic_sigma": 2.0,
 }
+
+#: The ``drafter_prefill`` prior's opt-in setting: log sd around the roofline's ratio, and the
+#: centre and log sd where the catalog does not know the drafter.
+DRAFTER_PREFILL: dict[str, float] = {"sigma": 0.5, "generic": 0.1, "generic_sigma": 1.0}
 
 DEFAULT_PRIORS: dict[str, dict] = {
     "noise": {"alpha": 1.0, "beta": 5e-5},
