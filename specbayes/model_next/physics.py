@@ -470,9 +470,9 @@ def drafter_prefill_share(
     (per-token GEMM and KV time :math:`\tau`, attention pairs :math:`f_a`; the module
     docstring). Without it a dense and an SD sweep of a cell share one :math:`c_p`, and the
     drafter's prefill, paid once per request, is read as fewer accepted tokens per cycle
-    (the serving simulator's two-drafter set: the EAGLE-3 head's alpha ~0.02 low, unbiased
-    with the term; ``benchmarks/model_core.md``). ``None`` when the catalog does not know the
-    verifier, the GPU or the drafter.
+    (the serving simulator's two-drafter set: the EAGLE-3 head's alpha ~0.02 low; with the
+    term unbiased at one seed, not at every one; ``benchmarks/model_core.md``). ``None`` when
+    the catalog does not know the verifier, the GPU or the drafter.
     """
     model, hw = _find(catalog.load_model, verifier), _find(catalog.load_hardware, hardware)
     if model is None or hw is None or drafter.strip().lower() == "none":

@@ -100,7 +100,7 @@ Pooled structure (coefficients shared across sweeps)
         ``sigma``; around ``generic`` (10 %, log sd ``generic_sigma``) where the catalog does
         not know the drafter. Experimental, default ``None`` (no term, the paper's
         decomposition); :data:`DRAFTER_PREFILL` turns it on. On the serving simulator's
-        two-drafter set it removes the EAGLE-3 head's alpha bias and the planner's best k
+        two-drafter set it lessens the inferred alphas' low bias and the planner's best k
         matches the simulator's at 16 of 16 points, but seed 1's fit has 12 divergences
         (``benchmarks/model_core.md``).
     ``c2_jitter``
