@@ -711,6 +711,11 @@ def log_headroom(
         return xp.where(closed > 0, closed_, open_)
 
 
+#: :func:`effective_costs`' speculative costs beside the six coefficients: per cycle fixed
+#: and per sequence, and the drafter's prefill share.
+SPECULATIVE_COSTS = ("c1c", "c2c", "prefill_share")
+
+
 def effective_costs(
     c1p: Any,
     c1v: Any,
@@ -774,11 +779,9 @@ def effective_costs(
     """
     if passes is None:
         passes = verifier_passes(decode, alpha, k)
-    if not (isinstance(prefill_share, float | int) and prefill_share == 0):
-        # the paper's decomposition (no share) keeps its graph as it was
-        c1p, c2p = (c * (1.0 + prefill_share * (k > 0)) for c in (c1p, c2p))
-    c1 = cycle_cost(c1p, passes, pass_cost(c1v, c1d, k, c1c))
-    c2 = cycle_cost(c2p, passes, pass_cost(c2v, c2d, k, c2c))
+    prefill = 1.0 + prefill_share * (k > 0)
+    c1 = cycle_cost(c1p * prefill, passes, pass_cost(c1v, c1d, k, c1c))
+    c2 = cycle_cost(c2p * prefill, passes, pass_cost(c2v, c2d, k, c2c))
     return c1, c2
 
 

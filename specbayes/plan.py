@@ -58,7 +58,7 @@ __all__ = [
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 #: Speculative costs beside them (laws.effective_costs): per cycle fixed and per sequence,
 #: and the drafter's prefill over the verifier's.
-CYCLE_COSTS = ("c1c", "c2c", "prefill_share")
+CYCLE_COSTS = laws.SPECULATIVE_COSTS
 KNEES = ("knee_verifier", "knee_drafter", "knee_tokens")
 #: The experimental knee's draws (``priors={"knee": ...}``), per row when the fit has them.
 KNEE_LAW = ("knee_at", "knee_excess", "knee_c2v")

@@ -366,8 +366,9 @@ class NextFit:
 
     def _cycle_overhead(self, rows: pd.DataFrame, name: str) -> np.ndarray:
         """(sample, row) draws of a cost per speculative cycle sampled per (verifier,
-        hardware, drafter) — ``cycle_overhead`` (``c1c``) or ``spec_seq_overhead`` (``c2c``
-        at the trend's centre cell) — 0 on k = 0 rows."""
+        hardware, drafter) — ``cycle_overhead`` (``c1c``), ``spec_seq_overhead`` (``c2c``
+        at the trend's centre cell) or ``drafter_prefill`` (``prefill_share``) — 0 on k = 0
+        rows."""
         var = self._post()[name]
         draws, names = var.values, list(var[var.dims[-1]].values)
         out = np.zeros((self._n(), len(rows)))
@@ -510,7 +511,7 @@ class NextFit:
             alpha = self._alpha(new)
             decode, k = new["decode"].to_numpy(float), new["k"].to_numpy(float)
             parts = [coef[c].values for c in COEFS]
-            cycle = {c: coef[c].values for c in ("c1c", "c2c", "prefill_share") if c in coef}
+            cycle = {c: coef[c].values for c in laws.SPECULATIVE_COSTS if c in coef}
             c1, c2 = laws.effective_costs(*parts, decode, alpha, k, **cycle)
             n1, n2 = self._sweep_deviation(new, np.log(c2), measured, seed)
             log_c1[:, ~seen] = np.log(c1) + n1

@@ -179,6 +179,10 @@ class _Pass:
         sw = min(s, self.window) if self.window > 0 else 0.0
         return (s * self.kv_full + sw * self.kv_sw) / self.bandwidth
 
+    def prompt_s(self, p: float) -> float:
+        r"""A prompt of ``p`` tokens: their GEMM and KV time and causal attention pairs."""
+        return self.token_s * p + self.pair_s * p * (p + 1.0) / 2.0
+
     def delta_s(self, s: float) -> float:
         r""":math:`\delta(s)`: one more token (with logits) of one sequence at context ``s``."""
         return self.token_s + self.logit_s + self.pair_s * (s + 1.0)
@@ -232,7 +236,7 @@ def _pass(geom: catalog.Geometry, hw: catalog.HardwareSpec, tp: int) -> _Pass:
 def _verifier_centres(v: _Pass, p: float, s: float) -> dict[str, float]:
     """``c1p, c1v, c2p, c2v`` of a verifier at prompt ``p`` and mean context ``s``."""
     per_seq = v.kv_read_s(s) + v.delta_s(s) + SEQ_S
-    prompt = v.token_s * p + v.pair_s * p * (p + 1.0) / 2.0
+    prompt = v.prompt_s(p)
     if p > CUDA_GRAPH_TOKENS:  # the prefill step runs without a CUDA graph
         prompt += v.layers * EAGER_LAYER_S
     e0, e1 = v.expert_tangent(MOE_REFERENCE_TOKENS)
@@ -482,10 +486,7 @@ def drafter_prefill_share(
         return None
     p = max(float(prefill), 1.0)
     v, d = (_pass(g, hw, int(tp)) for g in (model.geometry(), spec.geometry()))
-    return float(
-        (d.token_s * p + d.pair_s * p * (p + 1.0) / 2.0)
-        / (v.token_s * p + v.pair_s * p * (p + 1.0) / 2.0)
-    )
+    return float(d.prompt_s(p) / v.prompt_s(p))
 
 
 def _fa2(hw) -> bool:
