@@ -19,7 +19,7 @@ SHARED = REPO.parent / "shared"
 #: pytest-xdist (``make test`` runs ``-n 2``) they go to one worker, which builds each fit
 #: once; every other module goes whole to whichever worker is free (its module fixtures are
 #: built once too).
-FIT_MODULES = ("test_cli_errors.py", "test_fit.py", "test_notebooks.py")
+FIT_MODULES = ("test_cli_errors.py", "test_control.py", "test_fit.py", "test_notebooks.py")
 
 
 @pytest.hookimpl(optionalhook=True)

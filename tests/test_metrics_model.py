@@ -143,6 +143,7 @@ def test_model_with_metrics_has_their_likelihood_and_prior_predictive(real_case)
     assert "log_c1" in model.named_vars and model.named_vars_to_dims["log_c1"] == ("sweep",)
 
 
+@pytest.mark.slow  # lowering the metric model to JAX: ~20 s
 def test_jax_gradient_of_the_metric_model_is_pytensors_at_the_initial_point(real_case):
     """What NumPyro differentiates (``fit(..., metrics=, sampler_config={"sampler":
     "numpyro"})``) is finite and PyTensor's symbolic gradient at the initial point, on a

@@ -1,4 +1,5 @@
-"""The posterior mode and the whitening at it (specbayes.mode): no sampling (fast tier)."""
+"""The posterior mode and the whitening at it (specbayes.mode): no sampling; the search on the
+old core's sd level is the slow tier's (below)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import pytest
 from specbayes.data import validate_sweeps
 from specbayes.mode import _value_point, mode_start
 from specbayes.model import LatencyModel, build_design, simulate_sweeps
+
+#: The tests of the module's search on the old core's sd level (issue 44 deletes that core):
+#: the search and its compiles take ~35 s with a cold compile cache, so the slow tier's.
+old_core_sd = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +48,7 @@ def _z_gradient_and_curvature(lm: LatencyModel, point: dict, n_dirs: int = 12):
     return np.linalg.norm(grad(x0.data)[z]), np.array(curv)
 
 
+@old_core_sd
 def test_mode_search_raises_the_density_and_keeps_the_structure(searched):
     lm, _, lm2, start, search = searched
     assert 2 <= len(search.rounds) <= 4
@@ -54,6 +60,7 @@ def test_mode_search_raises_the_density_and_keeps_the_structure(searched):
     assert set(start) == {rv.name for rv in lm2.model.free_RVs}
 
 
+@old_core_sd
 def test_start_is_exactly_at_the_mode_and_feasible(searched):
     _, _, lm2, start, _ = searched
     theta, saturated = lm2._start_state(start)
@@ -63,6 +70,7 @@ def test_start_is_exactly_at_the_mode_and_feasible(searched):
     assert np.isfinite(model.compile_logp()(_value_point(model, start)))
 
 
+@old_core_sd
 def test_whitened_coordinates_have_unit_curvature_at_the_mode(searched):
     """At the mode the log density is flat in z and its curvature along z is 1 (the
     whitening is the Gauss-Newton precision there, noise growth included); the
@@ -79,6 +87,7 @@ def test_whitened_coordinates_have_unit_curvature_at_the_mode(searched):
 
 
 @pytest.mark.slow
+@old_core_sd
 def test_nutpie_density_serves_every_whitening_of_one_compile(searched):
     """Compiled once from the least-squares model, nutpie's density evaluates the
     mode-whitened model after ``use`` (its whitening enters as shared data): the same log
@@ -198,6 +207,7 @@ def test_lbfgs_backs_off_a_wall_next_to_the_minimum():
     assert f < 1e-8 and iterations < 1000
 
 
+@old_core_sd
 def test_block_hessian_equals_the_dense_hessian(searched):
     """The coloured differences (one gradient per block slot and per hyper-parameter) give
     the same matrix as differencing every coordinate: whitened units meet other
@@ -219,6 +229,7 @@ def test_block_hessian_equals_the_dense_hessian(searched):
     np.testing.assert_allclose(sparse, dense, atol=1e-6 * np.abs(dense).max())
 
 
+@old_core_sd
 def test_newton_round_converges_to_the_lbfgs_mode(searched):
     """The rounds after the first are Newton's, and they end at the mode a long L-BFGS
     search finds from the same start."""
