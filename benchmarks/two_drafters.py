@@ -4,6 +4,7 @@ Usage::
 
     nice .venv/bin/python benchmarks/two_drafters.py --seeds 1,2,3,4
     nice .venv/bin/python benchmarks/two_drafters.py --seeds 1 --quick   # a smoke run
+    nice .venv/bin/python benchmarks/two_drafters.py --priors '{"c1_dev": null}'   # a setting
 
 The set is what a user comparing an EAGLE-3 head with a small draft model measures: the
 embedded serving simulator (``specbayes.sim``) runs Qwen3-14B on one A100 with
@@ -28,6 +29,7 @@ no acceptance. Per seed it prints
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import numpy as np
@@ -87,7 +89,7 @@ def brute_force(drafter: str, alpha: float, rps: float, seed: int, n: int) -> pd
     return pd.Series(out)
 
 
-def run(seed: int, quick: bool) -> dict:
+def run(seed: int, quick: bool, priors: dict | None = None) -> dict:
     from specbayes import plan
     from specbayes.data import validate_sweeps
     from specbayes.fit import fit
@@ -98,7 +100,7 @@ def run(seed: int, quick: bool) -> dict:
     table = validate_sweeps(df, allow_unknown_alpha=True)
     options = {"seed": seed, **({"draws": 200, "tune": 200} if quick else {})}
     t0 = time.perf_counter()
-    f = fit(table, model="sd", sampler_config=options, progress=False)
+    f = fit(table, model="sd", priors=priors, sampler_config=options, progress=False)
     wall = time.perf_counter() - t0
     s = f.summary()
     print(
@@ -144,8 +146,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", default="1,2,3,4")
     parser.add_argument("--quick", action="store_true", help="few rates and draws (smoke run)")
+    parser.add_argument(
+        "--priors", type=json.loads, default=None,
+        help="prior overrides as JSON (specbayes.model_next.priors), e.g. '{\"c1_dev\": null}'",
+    )  # fmt: skip
     args = parser.parse_args()
-    results = [run(int(s), args.quick) for s in args.seeds.split(",")]
+    results = [run(int(s), args.quick, args.priors) for s in args.seeds.split(",")]
     print(pd.DataFrame(results).to_string(index=False))
 
 
