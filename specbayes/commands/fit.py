@@ -222,10 +222,15 @@ def check_out_file(path: Path) -> Path:
     return path
 
 
-def probe_writable(path: Path) -> Path | None:
+def first_missing_folder(path: Path) -> Path | None:
+    """The first of ``path``'s folders that does not exist yet (what :func:`probe_writable`
+    creates, to remove if the fit fails), if any."""
+    return next((p for p in reversed(path.parents) if not p.exists()), None)
+
+
+def probe_writable(path: Path) -> None:
     """Create ``path``'s folder and touch a file there, so a bad ``--out`` fails before
-    sampling; returns the first folder created (to remove if the fit fails), if any."""
-    created = next((p for p in reversed(path.parents) if not p.exists()), None)
+    sampling."""
     probe = path.with_name(f".{path.name}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -236,7 +241,6 @@ def probe_writable(path: Path) -> Path | None:
             f"--out {path}: cannot write there ({exc.strerror or exc}) — give a path in a "
             "folder you can write to"
         ) from None
-    return created
 
 
 def check_level(table, model: str, source) -> None:
@@ -370,9 +374,11 @@ def run(args: argparse.Namespace) -> int:
         for key in ("chains", "draws", "tune", "seed", "cores", "sampler", "start")
         if getattr(args, key) is not None
     }
-    created = probe_writable(out)
+    # known before the folder is made: a signal while probe_writable runs leaves none behind
+    created = first_missing_folder(out)
     written: list[Path] = []
     try:
+        probe_writable(out)
         try:
             result = fit(
                 table,
