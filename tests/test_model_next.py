@@ -511,22 +511,33 @@ def test_knee_pooled_open_loop_finite(demo_subset):
     assert np.isfinite(model.compile_logp()(model.initial_point()))
 
 
-def test_drafter_prefill_share_is_one_per_draft_group(demo_subset):
-    """rho, the drafter's prefill over the verifier's (opt-in): one log-normal per (verifier,
-    GPU, drafter), centred at the roofline's ratio for a catalogued drafter; off by default."""
+def test_drafter_prefill_share_is_one_per_known_draft_group(demo_subset):
+    """rho, the drafter's prefill over the verifier's: by default one log-normal per
+    (verifier, GPU, drafter) the catalog knows, centred at the roofline's ratio; a drafter
+    it does not know gets none (or one around ``generic``, when set); ``None`` turns it off."""
     from specbayes.model_next.physics import drafter_prefill_share
     from specbayes.model_next.priors import DRAFTER_PREFILL
 
-    model = build_model(build_design(demo_subset), {"drafter_prefill": DRAFTER_PREFILL})
-    assert model.named_vars_to_dims["drafter_prefill"] == ("draft_group",)
-    groups = model.coords["draft_group"]
-    prior = pm.sample_prior_predictive(
-        2000, model=model, random_seed=1, var_names=["drafter_prefill"]
+    df = demo_subset.data.copy()
+    df["drafter"] = df["drafter"].replace({"EAGLE3-Llama-3.1-8B": "my-drafter"})
+    unknown = build_design(validate_sweeps(df))
+    assert "drafter_prefill" not in build_model(unknown).named_vars
+    assert (
+        "drafter_prefill"
+        not in build_model(build_design(demo_subset), {"drafter_prefill": None}).named_vars
     )
-    median = prior.prior["drafter_prefill"].median(("chain", "draw")).values
-    for label, m in zip(groups, median, strict=True):
-        verifier, hardware, drafter = label.split("|")
-        at = drafter_prefill_share(verifier, hardware, drafter, 512)
-        expect = 0.1 if at is None else at
-        assert m == pytest.approx(expect, rel=0.15), (label, m, expect)
-    assert "drafter_prefill" not in build_model(build_design(demo_subset)).named_vars
+    generic = {"drafter_prefill": {**DRAFTER_PREFILL, "generic": 0.1}}
+    for model, known in ((build_model(build_design(demo_subset)), True),
+                         (build_model(unknown, generic), False)):  # fmt: skip
+        assert model.named_vars_to_dims["drafter_prefill"] == ("prefill_group",)
+        groups = model.coords["prefill_group"]
+        assert len(groups) == 1 and groups[0].endswith(
+            "EAGLE3-Llama-3.1-8B" if known else "my-drafter"
+        )
+        prior = pm.sample_prior_predictive(
+            2000, model=model, random_seed=1, var_names=["drafter_prefill"]
+        )
+        median = float(prior.prior["drafter_prefill"].median())
+        verifier, hardware, drafter = groups[0].split("|")
+        expect = drafter_prefill_share(verifier, hardware, drafter, 512) if known else 0.1
+        assert median == pytest.approx(expect, rel=0.1), (groups[0], median, expect)

@@ -585,8 +585,13 @@ def _drafter_prefill(design: Design, pr: dict, centre: np.ndarray):
         return 0.0
     if design.level != "sd":
         return 0.0
-    loc, scale = drafter_prefill_prior(design, pr, centre)
-    rho = pm.LogNormal("drafter_prefill", loc, scale, dims="draft_group")
+    groups, loc, scale = drafter_prefill_prior(design, pr, centre)
+    if not groups:
+        return 0.0
+    pm.Model.get_context().add_coord("prefill_group", groups)
+    rho = pm.LogNormal("drafter_prefill", loc, scale, dims="prefill_group")
+    index = [design.coords["draft_group"].index(g) for g in groups]
+    rho = _scatter(rho, index, len(design.coords["draft_group"]))  # 0: a drafter not known
     return rho[design.draft_group_of[np.maximum(design.sweep_draft, 0)]] * (design.k > 0)
 
 

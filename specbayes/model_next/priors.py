@@ -97,11 +97,16 @@ Pooled structure (coefficients shared across sweeps)
         (:func:`specbayes.laws.effective_costs`; vLLM's proposer runs over the prompt too).
         Around the roofline's ratio (:func:`specbayes.model_next.physics.drafter_prefill_share`:
         3.4 % for Qwen3-14B's EAGLE-3 head, 11 % for a Qwen3-1.7B draft model) with log sd
-        ``sigma``; around ``generic`` (10 %, log sd ``generic_sigma``) where the catalog does
-        not know the drafter. Experimental, default ``None`` (no term, the paper's
-        decomposition); :data:`DRAFTER_PREFILL` turns it on. On the serving simulator's
-        two-drafter set it lessens the inferred alphas' low bias and the planner's best k
-        matches the simulator's at 16 of 16 points, but seed 1's fit has 12 divergences
+        ``sigma`` (0.25: a ratio of two FLOP counts on one GPU, uncertain by the kernels'
+        efficiency at the two sizes; the simulator's measured shares sit within 10 % of the
+        roofline's). Where the catalog does not know the verifier, GPU or drafter: no share
+        (``generic`` None, the default — the rows cannot tell it from the cycle costs, so a
+        vague prior would only add a ridge), or one around ``generic`` with log sd
+        ``generic_sigma``. ``None`` drops the term (the paper's decomposition). Its
+        posterior is its prior; what it changes is the alpha read from the rows where alpha
+        is unknown: on the serving simulator's two-drafter set the planner's best k matches
+        the simulator's at 16 of 16 points (15 without), every seed healthy; at log sd 0.5
+        one seed's fit diverged, in a chain at a small ``c1d`` of the EAGLE-3 head
         (``benchmarks/model_core.md``).
     ``c2_jitter``
         The fixed scale of a sweep's :math:`\log C_2` deviation: the rows do not resolve it
@@ -213,6 +218,7 @@ Both
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import numpy as np
 
@@ -254,9 +260,9 @@ SPEC_SEQ_OVERHEAD: dict[str, float] = {
     "generic_sigma": 2.0,
 }
 
-#: The ``drafter_prefill`` prior's opt-in setting: log sd around the roofline's ratio, and the
-#: centre and log sd where the catalog does not know the drafter.
-DRAFTER_PREFILL: dict[str, float] = {"sigma": 0.5, "generic": 0.1, "generic_sigma": 1.0}
+#: The ``drafter_prefill`` prior: log sd around the roofline's ratio, and the centre and log
+#: sd where the catalog does not know the drafter (``generic`` None: no share there).
+DRAFTER_PREFILL: dict[str, float | None] = {"sigma": 0.25, "generic": None, "generic_sigma": 1.0}
 
 DEFAULT_PRIORS: dict[str, dict] = {
     "noise": {"alpha": 1.0, "beta": 5e-5},
@@ -299,9 +305,9 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "cycle_overhead": CYCLE_OVERHEAD,
     # ... and per concurrent sequence (c2c, proportional to the context); None = off
     "spec_seq_overhead": SPEC_SEQ_OVERHEAD,
-    # experimental: the drafter's prefill over the verifier's, per (verifier, hardware,
-    # drafter), log-normal around physics.drafter_prefill_share, e.g. DRAFTER_PREFILL
-    "drafter_prefill": None,
+    # the drafter's prefill over the verifier's, per (verifier, hardware, drafter) the
+    # catalog knows, log-normal around physics.drafter_prefill_share; None = off
+    "drafter_prefill": DRAFTER_PREFILL,
     "wall_softness": 0.01,
     # per-point metrics beside the mean latency (issue 45; specbayes.model_next.metrics)
     "metric_share": {
@@ -407,23 +413,27 @@ def spec_seq_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, np.ndarr
     return groups, np.array(loc), np.array(scale)
 
 
-def drafter_prefill_prior(design, pr: dict, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Log location and scale of each draft group's prefill share :math:`\\rho` (the
-    ``drafter_prefill`` prior) at the trend's centre prompt
-    (:func:`specbayes.model_next.physics.drafter_prefill_share`; ``generic`` where the
-    catalog does not know the verifier, GPU or drafter)."""
+def drafter_prefill_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, Any, Any]:
+    """The draft groups given a prefill share :math:`\\rho` (the ``drafter_prefill`` prior),
+    and its log location and scale for each, at the trend's centre prompt
+    (:func:`specbayes.model_next.physics.drafter_prefill_share`). Where the catalog does not
+    know the verifier, GPU or drafter: around ``generic``, or — ``generic`` None, the
+    default — no share (the group is left out)."""
     from specbayes.model_next.physics import drafter_prefill_share
 
     prior = pr["drafter_prefill"]
     p_star, _ = centre_cell(design, centre)
     sweeps = design.extra["sweeps"]
-    loc, scale = [], []
+    groups, loc, scale = [], [], []
     for label in design.coords["draft_group"]:
         verifier, hardware, tp, _ = _setting(design, _draft_sweeps(sweeps, label))
         at = drafter_prefill_share(verifier, hardware, label.rsplit("|", 1)[1], p_star, tp=tp)
+        if at is None and prior.get("generic") is None:
+            continue
+        groups.append(label)
         loc.append(np.log(prior["generic"] if at is None else at))
         scale.append(prior["generic_sigma"] if at is None else prior["sigma"])
-    return np.array(loc), np.array(scale)
+    return groups, np.array(loc), np.array(scale)
 
 
 def _roofline(design, sweeps, drafter, p_star: float, g_star: float) -> dict | None:
