@@ -87,7 +87,6 @@ def test_whitened_coordinates_have_unit_curvature_at_the_mode(searched):
 
 
 @pytest.mark.slow
-@old_core_sd
 def test_nutpie_density_serves_every_whitening_of_one_compile(searched):
     """Compiled once from the least-squares model, nutpie's density evaluates the
     mode-whitened model after ``use`` (its whitening enters as shared data): the same log
