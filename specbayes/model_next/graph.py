@@ -563,12 +563,10 @@ def _spec_seq_overhead(design: Design, pr: dict, trend: np.ndarray, centre: np.n
     groups, loc, scale = spec_seq_prior(design, pr, centre)
     if not groups:
         return 0.0
-    pm.Model.get_context().add_coord("spec_seq_group", groups)
-    c2c = pm.LogNormal("spec_seq_overhead", loc, scale, dims="spec_seq_group")
-    index = [design.coords["draft_group"].index(g) for g in groups]
-    c2c = _scatter(c2c, index, len(design.coords["draft_group"]))  # 0 where the kernel packs
+    # 0 where the kernel packs the GQA group
+    c2c = _per_sweep_lognormal(design, "spec_seq_overhead", "spec_seq_group", groups, loc, scale)
     context = np.exp(trend[:, design.coords["coef"].index("c2v")])[design.sweep_unit]
-    return c2c[design.draft_group_of[np.maximum(design.sweep_draft, 0)]] * context
+    return c2c * context
 
 
 def _drafter_prefill(design: Design, pr: dict, centre: np.ndarray):
@@ -588,11 +586,19 @@ def _drafter_prefill(design: Design, pr: dict, centre: np.ndarray):
     groups, loc, scale = drafter_prefill_prior(design, pr, centre)
     if not groups:
         return 0.0
-    pm.Model.get_context().add_coord("prefill_group", groups)
-    rho = pm.LogNormal("drafter_prefill", loc, scale, dims="prefill_group")
+    # 0 for a drafter the catalog does not know
+    rho = _per_sweep_lognormal(design, "drafter_prefill", "prefill_group", groups, loc, scale)
+    return rho * (design.k > 0)
+
+
+def _per_sweep_lognormal(design: Design, name: str, coord: str, groups: list, loc, scale):
+    """One log-normal ``name`` per draft group in ``groups`` (dims ``coord``), as each sweep's
+    value through its draft group (0 for a group not in ``groups``)."""
+    pm.Model.get_context().add_coord(coord, groups)
+    value = pm.LogNormal(name, loc, scale, dims=coord)
     index = [design.coords["draft_group"].index(g) for g in groups]
-    rho = _scatter(rho, index, len(design.coords["draft_group"]))  # 0: a drafter not known
-    return rho[design.draft_group_of[np.maximum(design.sweep_draft, 0)]] * (design.k > 0)
+    value = _scatter(value, index, len(design.coords["draft_group"]))
+    return value[design.draft_group_of[np.maximum(design.sweep_draft, 0)]]
 
 
 def _cycle_overhead(design: Design, pr: dict):

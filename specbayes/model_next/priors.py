@@ -397,20 +397,11 @@ def spec_seq_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, np.ndarr
     a group whose centre is 0 has none)."""
     from specbayes.model_next.physics import spec_seq_centre
 
-    prior = pr["spec_seq_overhead"]
     p_star, g_star = centre_cell(design, centre)
-    sweeps = design.extra["sweeps"]
-    groups, loc, scale = [], [], []
-    for label in design.coords["draft_group"]:
-        verifier, hardware, tp, k = _setting(design, _draft_sweeps(sweeps, label))
-        name = label.rsplit("|", 1)[1]
-        at = spec_seq_centre(verifier, hardware, name, p_star, g_star, tp=tp, k=k or 1)
-        if at == 0.0:
-            continue
-        groups.append(label)
-        loc.append(np.log(prior["generic"] if at is None else at))
-        scale.append(prior["generic_sigma"] if at is None else prior["sigma"])
-    return groups, np.array(loc), np.array(scale)
+    return _draft_group_prior(
+        design, pr["spec_seq_overhead"],
+        lambda v, hw, name, tp, k: spec_seq_centre(v, hw, name, p_star, g_star, tp=tp, k=k or 1),
+    )  # fmt: skip
 
 
 def drafter_prefill_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, Any, Any]:
@@ -421,14 +412,24 @@ def drafter_prefill_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, A
     default — no share (the group is left out)."""
     from specbayes.model_next.physics import drafter_prefill_share
 
-    prior = pr["drafter_prefill"]
     p_star, _ = centre_cell(design, centre)
+    return _draft_group_prior(
+        design, pr["drafter_prefill"],
+        lambda v, hw, name, tp, k: drafter_prefill_share(v, hw, name, p_star, tp=tp),
+    )  # fmt: skip
+
+
+def _draft_group_prior(design, prior: dict, centre_of) -> tuple[list, Any, Any]:
+    """The draft groups given a log-normal per-group prior and the log location and scale of
+    each: around ``centre_of(verifier, hardware, drafter, tp, k)`` with log sd ``sigma``,
+    around ``generic`` with ``generic_sigma`` where that is None (the catalog does not know
+    the setting); a group is left out where the centre is 0, or None with ``generic`` None."""
     sweeps = design.extra["sweeps"]
     groups, loc, scale = [], [], []
     for label in design.coords["draft_group"]:
-        verifier, hardware, tp, _ = _setting(design, _draft_sweeps(sweeps, label))
-        at = drafter_prefill_share(verifier, hardware, label.rsplit("|", 1)[1], p_star, tp=tp)
-        if at is None and prior.get("generic") is None:
+        verifier, hardware, tp, k = _setting(design, _draft_sweeps(sweeps, label))
+        at = centre_of(verifier, hardware, label.rsplit("|", 1)[1], tp, k)
+        if at == 0.0 or (at is None and prior.get("generic") is None):
             continue
         groups.append(label)
         loc.append(np.log(prior["generic"] if at is None else at))
