@@ -96,6 +96,29 @@ def test_share_axis_is_a_bijection_onto_the_unit_interval_with_its_jacobian():
     np.testing.assert_allclose(axis.log_jac_det(pt.as_tensor(v)).eval(), expect, atol=1e-9)
 
 
+def test_share_axis_keeps_its_precision_far_below_the_lower_end():
+    """Far outside (0, 1) on the sampled axis the share is tiny but exact: eps softplus(v/eps)
+    - eps softplus((v - 1)/eps) to relative 1e-12 down to w ~ 1e-300 (written as v + eps
+    softplus(-v/eps) - ... it cancelled to rounding noise below w ~ 1e-17, where a paper fold's
+    L-BFGS start stalled; ``benchmarks/model_core.md``, 2026-12-07); and w(v) = 1 - w(1 - v)."""
+    import pytensor.tensor as pt
+
+    from specbayes.model_next.graph import ShareTransform
+
+    eps = 0.01
+    axis = ShareTransform(eps)
+    v = np.array([-6.9, -3.0, -0.38, -0.2, -0.05, 0.2, 0.45])
+
+    def softplus(x):
+        return np.log1p(np.exp(x))
+
+    exact = eps * softplus(v / eps) - eps * softplus((v - 1.0) / eps)
+    w = axis.backward(pt.as_tensor(v)).eval()
+    np.testing.assert_allclose(w, exact, rtol=1e-12)
+    mirror = axis.backward(pt.as_tensor(1.0 - v)).eval()
+    np.testing.assert_allclose(mirror[v > -0.1], 1.0 - w[v > -0.1], rtol=1e-12)
+
+
 def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
     """Pooled, by default (``c1_dev``): each sweep's log C1 is its decomposition plus a
     deviation whose scale is integrated out (no sampled ``tau_c1``; sampled where ``c1_dev`` is

@@ -205,6 +205,11 @@ def format_summary(summary: dict) -> str:
     ]
     for name, value, thr, ok in checks:
         lines.append(f"{name:<16}{value:>12.4g}  {thr:>10}  {'yes' if ok else 'NO'}")
+    if summary.get("start_converged") is False:  # None: the old core, or numpyro's start
+        lines.append(
+            f"the chains' start (L-BFGS to the density's maximum) stopped unconverged after "
+            f"{summary['start_iterations']} iterations: warmup had to find the bulk"
+        )
     lines.append("healthy" if summary["healthy"] else "NOT healthy")
     return "\n".join(lines)
 

@@ -32,8 +32,12 @@ START_JITTER = 0.1
 #: (``benchmarks/knee.md``).
 KNEE_START_JITTER = 0.02
 
-#: Most L-BFGS iterations of :func:`optimised_start` (it stops earlier when converged).
-START_MAXITER = 5000
+#: Most L-BFGS iterations (and density evaluations) of :func:`optimised_start`; it stops
+#: earlier when converged. The pooled structure's maximum is badly conditioned (sweep costs
+#: pinned ~100 times tighter than the group levels): a fold of the paper's Llama-3.1-8B
+#: (1,433 sampled axes) took ~14,000 iterations to converge (~4 s), and at 5,000 stopped
+#: ~18,000 nats below the bulk (``benchmarks/model_core.md``, 2026-12-07).
+START_MAXITER = 50_000
 
 SAMPLER_CONFIG: dict = {
     "chains": 4,
@@ -93,7 +97,7 @@ def compile_model(model: pm.Model):
 
     compiled = nutpie.compile_pymc_model(model, jitter_rvs=set())
     t0 = time.perf_counter()
-    centre = optimised_start(compiled.logp_func, compiled.initial_point_func(0))
+    centre, search = optimised_start(compiled.logp_func, compiled.initial_point_func(0))
     seconds = time.perf_counter() - t0
     jitter = KNEE_START_JITTER if "knee_at" in model.named_vars else START_JITTER
 
@@ -101,16 +105,26 @@ def compile_model(model: pm.Model):
         return centre + np.random.default_rng(seed).uniform(-jitter, jitter, centre.shape)
 
     start.seconds = seconds  # reported apart from the compile (``sample``'s ``start_s``)
+    start.search = search
     return dataclasses.replace(compiled, initial_point_func=start)
 
 
-def optimised_start(logp_and_grad, x0: np.ndarray) -> np.ndarray:
+def optimised_start(logp_and_grad, x0: np.ndarray) -> tuple[np.ndarray, dict]:
     """The maximum of the sampled density (unconstrained axes) found by L-BFGS from ``x0``.
 
     ``logp_and_grad(x)`` returns the log density and its gradient (nutpie's compiled
     ``logp_func``). Not a point estimate the fit reports — only where the chains begin: a
     few thousand evaluations of the compiled density (seconds), against warmups that spent
     hundreds of iterations finding the bulk. Where the search ends non-finite, ``x0``.
+
+    Returns
+    -------
+    x : ndarray
+        The start.
+    search : dict
+        ``start_iterations``, ``start_converged`` (L-BFGS stopped by its tolerances, not by
+        :data:`START_MAXITER`) and ``start_logp`` — stored in the fit's config: a start
+        that did not converge leaves the chains' warmup to find the bulk.
     """
 
     def negative(x):
@@ -123,8 +137,20 @@ def optimised_start(logp_and_grad, x0: np.ndarray) -> np.ndarray:
             return np.inf, np.zeros_like(x)
         return -lp, -np.asarray(grad, dtype=float)
 
-    res = minimize(negative, x0, jac=True, method="L-BFGS-B", options={"maxiter": START_MAXITER})
-    return res.x if np.isfinite(res.fun) and np.all(np.isfinite(res.x)) else x0
+    res = minimize(
+        negative,
+        x0,
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": START_MAXITER, "maxfun": START_MAXITER},
+    )
+    found = np.isfinite(res.fun) and np.all(np.isfinite(res.x))
+    search = {
+        "start_iterations": int(res.nit),
+        "start_converged": bool(found and res.status == 0),
+        "start_logp": float(-res.fun) if found else None,
+    }
+    return (res.x if found else x0), search
 
 
 def sample(
@@ -142,7 +168,8 @@ def sample(
     matrix, the low-rank and ``cores`` settings being nutpie's. Returns the
     ``InferenceData`` and the timings ``{"compile_s", "start_s", "sample_s"}`` (compile and
     start — :func:`optimised_start` — are 0 when ``compiled`` is given; numpyro's compile is
-    inside ``sample_s``). Healthy on the demo at
+    inside ``sample_s``), with the start search's ``start_iterations``, ``start_converged``
+    and ``start_logp`` when it ran here. Healthy on the demo at
     the defaults (``benchmarks/scale.md``: 0 divergences, R-hat 1.01, bulk ESS above 1,000)
     since the sweep costs' truncation normaliser, and the SD ratios' interval transform on a
     closed-loop sweep, keep JAX's gradient finite (:mod:`specbayes.model_next.truncated`);
@@ -156,10 +183,11 @@ def sample(
     import nutpie
 
     start = time.perf_counter()
-    start_s = 0.0
+    start_s, search = 0.0, {}
     if compiled is None:
         compiled = compile_model(model)
         start_s = getattr(compiled.initial_point_func, "seconds", 0.0)
+        search = getattr(compiled.initial_point_func, "search", {})
     mid = time.perf_counter()
     # warmup draws are not kept: the artefact holds what the fit's answers use (a third of
     # the demo fit's netCDF file was its warmup posterior)
@@ -170,7 +198,8 @@ def sample(
     )
     add_collapsed(idata, model, seed)
     end = time.perf_counter()
-    return idata, {"compile_s": mid - start - start_s, "start_s": start_s, "sample_s": end - mid}
+    timing = {"compile_s": mid - start - start_s, "start_s": start_s, "sample_s": end - mid}
+    return idata, {**timing, **search}
 
 
 def _wait(sampler, poll_s: float = 0.1):
