@@ -99,8 +99,9 @@ def test_share_axis_is_a_bijection_onto_the_unit_interval_with_its_jacobian():
 def test_share_axis_keeps_its_precision_far_below_the_lower_end():
     """Far outside (0, 1) on the sampled axis the share is tiny but exact: eps softplus(v/eps)
     - eps softplus((v - 1)/eps) to relative 1e-12 down to w ~ 1e-300 (written as v + eps
-    softplus(-v/eps) - ... it cancelled to rounding noise below w ~ 1e-17, where a paper fold's
-    L-BFGS start stalled; ``benchmarks/model_core.md``, 2026-12-07); and w(v) = 1 - w(1 - v)."""
+    softplus(-v/eps) - ... it cancelled to rounding noise below w ~ 1e-17, where a paper
+    fold's L-BFGS start stalled; ``benchmarks/model_core.md``, 2026-12-06 23:45); and
+    w(v) = 1 - w(1 - v)."""
     import pytensor.tensor as pt
 
     from specbayes.model_next.graph import ShareTransform

@@ -215,12 +215,12 @@ class ShareTransform(Transform):
         return e * pt.log(pt.expm1(value / e)) - e * pt.log(-pt.expm1((value - 1.0) / e))
 
     def backward(self, value, *inputs):
-        # the clamp as written (not v + eps softplus(-v/eps) - ..., the same in exact
-        # arithmetic): that form cancels to 0 once w < ~1e-16 v, and a share whose
-        # coordinate strayed there (an L-BFGS step from the support point) had a density
-        # that jumped by ~60 nats within 1e-8 and was -inf a little further - a start no
-        # chain left. Below 1/2 the lower end's form, above it the mirror (w(v) = 1 - w(1 -
-        # v)), so each end keeps its relative precision.
+        # the clamp as written, not v + eps softplus(-v/eps) - ... (equal in exact
+        # arithmetic), which cancels to rounding noise once w is below ~1e-16 |v|: a share
+        # whose coordinate strayed there (an L-BFGS step from the support point) had a
+        # density that jumped by ~60 nats within 1e-8 and was -inf a little further - a start
+        # no chain left (benchmarks/model_core.md, 2026-12-06 23:45). Below 1/2 the lower
+        # end's form, above it the mirror w(v) = 1 - w(1 - v): each end keeps its precision.
         e = self.eps
         low = pt.lt(value, 0.5)
         v_low = pt.switch(low, value, 0.0)

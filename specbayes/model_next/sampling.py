@@ -33,10 +33,10 @@ START_JITTER = 0.1
 KNEE_START_JITTER = 0.02
 
 #: Most L-BFGS iterations (and density evaluations) of :func:`optimised_start`; it stops
-#: earlier when converged. The pooled structure's maximum is badly conditioned (sweep costs
-#: pinned ~100 times tighter than the group levels): a fold of the paper's Llama-3.1-8B
-#: (1,433 sampled axes) took ~14,000 iterations to converge (~4 s), and at 5,000 stopped
-#: ~18,000 nats below the bulk (``benchmarks/model_core.md``, 2026-12-07).
+#: earlier when converged. The pooled structure's maximum is badly conditioned: a fold of the
+#: paper's Llama-3.1-8B (1,433 sampled axes) took ~14,000 iterations to converge (~4 s), and
+#: at 5,000 stopped ~18,000 nats below the bulk (``benchmarks/model_core.md``, 2026-12-06
+#: 23:45).
 START_MAXITER = 50_000
 
 SAMPLER_CONFIG: dict = {
