@@ -565,3 +565,24 @@ def test_drafter_prefill_share_is_one_per_known_draft_group(demo_subset):
         verifier, hardware, drafter = groups[0].split("|")
         expect = drafter_prefill_share(verifier, hardware, drafter, 512) if known else 0.1
         assert median == pytest.approx(expect, rel=0.1), (groups[0], median, expect)
+
+
+def test_optimised_start_restarts_until_a_run_gains_nothing(monkeypatch):
+    """:func:`optimised_start` on an ill-conditioned Gaussian (curvatures 1e-3 to 1e3): the
+    start is its maximum, found in at least two L-BFGS runs (the last gains < 1 nat), and is
+    reported converged; with too small an evaluation budget it is reported unconverged."""
+    from specbayes.model_next import sampling
+
+    curv = np.logspace(-3, 3, 400)
+    centre = np.linspace(-1.0, 1.0, 400)
+
+    def logp_and_grad(x):
+        r = x - centre
+        return -0.5 * float(np.sum(curv * r * r)), -curv * r
+
+    x, search = sampling.optimised_start(logp_and_grad, np.full(400, 50.0))
+    assert search["start_converged"] and search["start_runs"] >= 2, search
+    assert search["start_logp"] > -1.0 and np.abs(x - centre)[curv > 1].max() < 1e-2, search
+    monkeypatch.setattr(sampling, "START_MAXITER", 5)
+    _, search = sampling.optimised_start(logp_and_grad, np.full(400, 50.0))
+    assert not search["start_converged"] and search["start_logp"] < -1.0, search
