@@ -341,3 +341,18 @@ def test_curvature_covers_the_real_sd_arms_beyond_the_measured_loads():
     assert len(held) == 14
     assert held.speedup_in90.mean() >= 12 / 14
     assert scores.sd_in90.dropna().mean() >= 12 / 14
+
+
+def test_fit_summary_says_when_the_start_search_did_not_converge():
+    """``specbayes fit``'s summary names an unconverged start (the chains' warmup then had to
+    find the bulk) and is silent when it converged or was not searched (numpyro)."""
+    from specbayes.commands.fit import format_summary
+
+    health = {"divergences": 0, "max_r_hat": 1.0, "min_ess_bulk": 900.0, "min_ess_tail": 900.0}
+    base = {"model": "sd", "structure": "pooled", "rows": 10, "excluded": 0, "healthy": True,
+            "wall_s": 1.0, **health}  # fmt: skip
+    line = "stopped unconverged after 50000 iterations"
+    unconverged = {**base, "start_converged": False, "start_iterations": 50000}
+    assert line in format_summary(unconverged)
+    assert "unconverged" not in format_summary({**base, "start_converged": True})
+    assert "unconverged" not in format_summary(base)
