@@ -184,12 +184,12 @@ def sample(
     matrix, the low-rank and ``cores`` settings being nutpie's. Returns the
     ``InferenceData`` and the timings ``{"compile_s", "start_s", "sample_s"}`` (compile and
     start — :func:`optimised_start` — are 0 when ``compiled`` is given; numpyro's compile is
-    inside ``sample_s``), with the start search's ``start_iterations``, ``start_converged``
-    and ``start_logp`` when it ran here. Healthy on the demo at
-    the defaults (``benchmarks/scale.md``: 0 divergences, R-hat 1.01, bulk ESS above 1,000)
-    since the sweep costs' truncation normaliser, and the SD ratios' interval transform on a
-    closed-loop sweep, keep JAX's gradient finite (:mod:`specbayes.model_next.truncated`);
-    :func:`health` reports every fit.
+    inside ``sample_s``), with the start search's ``start_iterations``, ``start_runs``,
+    ``start_converged`` and ``start_logp`` when it ran here (:func:`optimised_start`).
+    Healthy on the demo at the defaults (``benchmarks/scale.md``: 0 divergences, R-hat 1.01,
+    bulk ESS above 1,000) since the sweep costs' truncation normaliser, and the SD ratios'
+    interval transform on a closed-loop sweep, keep JAX's gradient finite
+    (:mod:`specbayes.model_next.truncated`); :func:`health` reports every fit.
     """
     config = {**SAMPLER_CONFIG, **overrides}
     if sampler == "numpyro":
