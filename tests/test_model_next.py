@@ -122,7 +122,8 @@ def test_share_axis_keeps_its_precision_far_below_the_lower_end():
 
 def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
     """Pooled, by default (``c1_dev``): each sweep's log C1 is its decomposition plus a
-    deviation whose scale is integrated out (no sampled ``tau_c1``; sampled where ``c1_dev`` is
+    deviation whose scale is integrated out, sampled centred (log C1 itself) by default or
+    as the deviation (no sampled ``tau_c1``; sampled where ``c1_dev`` is
     None); the deviations' density is the collapsed one, and
     ``tau`` is drawn from its exact conditional IG(a + S/2, b + sum d^2 / 2) after sampling."""
     import arviz as az
@@ -132,9 +133,24 @@ def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
     from specbayes.model_next.sampling import add_collapsed
 
     pr = merge_priors(None)
-    model = build_model(build_design(demo_subset))
-    names = {v.name for v in model.free_RVs}
-    assert {"log_c1_dev", "trend_logit", "trend_c2p"} <= names and "tau_c1" not in names
+    # centred by default: log C1 of each sweep is sampled, its deviation derived
+    centred = build_model(build_design(demo_subset))
+    names = {v.name for v in centred.free_RVs}
+    assert {"log_c1_sweep", "trend_logit", "trend_c2p"} <= names and "tau_c1" not in names
+    assert "log_c1_dev" in centred.named_vars and "log_c1_dev" not in names
+    point = centred.initial_point()
+    (dev_of_values,) = centred.replace_rvs_by_values([centred["log_c1_dev"]])
+    dev_c = centred.compile_fn(dev_of_values, inputs=centred.value_vars, on_unused_input="ignore")(
+        point
+    )
+    a, b = pr["c1_dev"]["alpha"], pr["c1_dev"]["beta"]
+    zeros = np.zeros(len(dev_c))
+    logp_c = centred.compile_logp(vars=[centred["log_c1_sweep"]], sum=True)(point)
+    expect_c = float(collapsed_logp(dev_c, zeros, zeros, a, b).eval())
+    np.testing.assert_allclose(logp_c, expect_c, rtol=1e-7)
+
+    model = build_model(build_design(demo_subset), {"centred_sweeps": {"C1": False}})
+    assert "log_c1_dev" in {v.name for v in model.free_RVs}
     sampled = build_model(build_design(demo_subset), {"c1_dev": None, "share_axis": ()})
     assert {"tau_c1", "trend_logit"} <= {v.name for v in sampled.free_RVs}
     assert "trend_c2p" not in sampled.named_vars
@@ -142,7 +158,6 @@ def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
     dev = np.random.default_rng(3).normal(0.0, 0.004, n)
     point = model.initial_point()
     point["log_c1_dev"] = dev
-    a, b = pr["c1_dev"]["alpha"], pr["c1_dev"]["beta"]
     logp = model.compile_logp(vars=[model["log_c1_dev"]], sum=True)(point)
     expect = float(collapsed_logp(dev, np.zeros(n), np.zeros(n), a, b).eval())
     np.testing.assert_allclose(logp, expect, rtol=1e-7)

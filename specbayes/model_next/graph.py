@@ -839,7 +839,8 @@ def _c1_deviations(loc, prior: dict, centred: bool):
     tail towards 0, where the data cannot tell a small scale from none;
     ``benchmarks/model_core.md``); integrated out there is no scale to mix.
 
-    Non-centred (default): the deviations are sampled; centred: :math:`\log C_{1s}` itself.
+    Centred (default): :math:`\log C_{1s}` itself is sampled (each sweep's rows pin it more
+    tightly than :math:`\tau_{C_1}` does); non-centred: the deviations.
     """
     a, b = (pt.as_tensor(np.float64(prior[p])) for p in ("alpha", "beta"))
     zero = pt.zeros_like(loc)
