@@ -64,7 +64,7 @@ def test_anchored_design_dims(real_case):
 def test_scaled_softplus_axis_is_a_bijection_with_its_jacobian():
     """:class:`SoftplusTransform` at scale a: x = a softplus(u), log |dx/du| = log a + log
     sigmoid(u); forward inverts backward."""
-    from specbayes.model_next.graph import SoftplusTransform
+    from specbayes.model_next.transforms import SoftplusTransform
 
     axis = SoftplusTransform(np.array([1e-3, 2e-3]))
     u = np.array([-8.0, 1.5])
@@ -82,7 +82,7 @@ def test_share_axis_is_a_bijection_onto_the_unit_interval_with_its_jacobian():
     import pytensor
     import pytensor.tensor as pt
 
-    from specbayes.model_next.graph import ShareTransform
+    from specbayes.model_next.transforms import ShareTransform
 
     axis = ShareTransform(0.01)
     v = np.array([-0.2, -0.01, 0.05, 0.5, 0.95, 1.01, 1.2])
@@ -104,7 +104,7 @@ def test_share_axis_keeps_its_precision_far_below_the_lower_end():
     w(v) = 1 - w(1 - v)."""
     import pytensor.tensor as pt
 
-    from specbayes.model_next.graph import ShareTransform
+    from specbayes.model_next.transforms import ShareTransform
 
     eps = 0.01
     axis = ShareTransform(eps)

@@ -34,11 +34,11 @@ import numpy as np
 import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
-from pymc.logprob.transforms import Transform
 
 from specbayes import laws
 from specbayes.model_next.design import Design
 from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
+from specbayes.model_next.levels import below_wall, c1_deviations, sweep_level
 from specbayes.model_next.likelihood import (
     collapsed_logp,
     collapsed_random,
@@ -55,6 +55,7 @@ from specbayes.model_next.priors import (
     spec_seq_prior,
 )
 from specbayes.model_next.rows import rows_logp, rows_random
+from specbayes.model_next.transforms import SHARE_AXIS, SOFTPLUS, SoftplusTransform
 from specbayes.model_next.truncated import TruncatedNormal
 
 #: Held while :func:`build_model` builds a model. Two models built at once in one process (a
@@ -154,91 +155,6 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
     return model
 
 
-class SoftplusTransform(Transform):
-    r"""Positive values through :math:`x = a \log(1 + e^u)` (scale :math:`a`, 1 unless
-    given): an unconstrained axis that is logarithmic below :math:`a` and linear above it.
-    The prior is unchanged; only the sampler's coordinate is.
-
-    ``noise_growth`` (:math:`a = 1`): with few rows :math:`\gamma`'s posterior reaches its
-    prior's edge at 0 and also has a steep upper side (the prior and the
-    :math:`-\gamma\sum\log h` of the rows' scales). Under the log transform that side is a
-    super-exponential wall in :math:`u = \log\gamma` (curvature :math:`\propto e^{2u}`)
-    behind a long left tail that sets the step size: NUTS' trajectories that reached it
-    diverged (the rare single divergences of the simulator small sweeps). Softplus keeps the
-    left tail (:math:`x \approx e^u`) and is linear on the right, where the posterior is then
-    as Gaussian as in :math:`\gamma`.
-
-    ``cycle_overhead`` and a catalogued drafter's levels (:math:`a` = the prior median): see
-    :func:`_cycle_overhead` and :func:`_drafter_levels`."""
-
-    name = "softplus"
-
-    def __init__(self, scale: float | np.ndarray = 1.0):
-        self.scale = scale
-
-    def forward(self, value, *inputs):
-        x = value / self.scale
-        return x + pt.log(-pt.expm1(-x))
-
-    def backward(self, value, *inputs):
-        return self.scale * pt.softplus(value)
-
-    def log_jac_det(self, value, *inputs):
-        return np.log(self.scale) - pt.softplus(-value)
-
-
-SOFTPLUS = SoftplusTransform()
-
-
-class ShareTransform(Transform):
-    r"""Shares :math:`w \in (0, 1)` through a smooth clamp of an unconstrained :math:`v`,
-    :math:`w = \varepsilon\,\mathrm{softplus}(v/\varepsilon)
-    - \varepsilon\,\mathrm{softplus}((v - 1)/\varepsilon)`: about the identity a few
-    :math:`\varepsilon` inside the ends and logarithmic within :math:`\varepsilon` of either
-    (the logit's axis, :math:`\log w` and :math:`-\log(1 - w)` there). The prior is
-    unchanged; only the sampler's coordinate is.
-
-    A trend share (``trend``) whose rows pin a coefficient at a cell where it is a small part of
-    the cost pins :math:`w` linearly there (the cell's coefficient is affine in :math:`w`), so
-    its posterior is near-Gaussian in :math:`w`; on the logit axis the same posterior is skewed
-    towards :math:`w \to 1`, with a correlation to the cells' coefficients that fades as the
-    logit grows — a bent ridge (``trend[c2p]`` of the two-drafter set, ``benchmarks/
-    model_core.md``)."""
-
-    name = "share"
-
-    def __init__(self, eps: float = 0.01):
-        self.eps = eps
-
-    def forward(self, value, *inputs):
-        e = self.eps
-        return e * pt.log(pt.expm1(value / e)) - e * pt.log(-pt.expm1((value - 1.0) / e))
-
-    def backward(self, value, *inputs):
-        # the clamp as written, not v + eps softplus(-v/eps) - ... (equal in exact
-        # arithmetic), which cancels to rounding noise once w is below ~1e-16 |v|: a share
-        # whose coordinate strayed there (an L-BFGS step from the support point) had a
-        # density that jumped by ~60 nats within 1e-8 and was -inf a little further - a start
-        # no chain left (benchmarks/model_core.md, 2026-12-06 23:45). Below 1/2 the lower
-        # end's form, above it the mirror w(v) = 1 - w(1 - v): each end keeps its precision.
-        e = self.eps
-        low = pt.lt(value, 0.5)
-        v_low = pt.switch(low, value, 0.0)
-        v_high = pt.switch(low, 1.0, value)
-        w_low = e * pt.softplus(v_low / e) - e * pt.softplus((v_low - 1.0) / e)
-        w_high = 1.0 - e * pt.softplus((1.0 - v_high) / e) + e * pt.softplus(-v_high / e)
-        return pt.switch(low, w_low, w_high)
-
-    def log_jac_det(self, value, *inputs):
-        e = self.eps
-        # log(sigmoid(a) - sigmoid(b)), a - b = 1/eps
-        const = np.log(-np.expm1(-1.0 / e))
-        return -pt.softplus(-value / e) - pt.softplus((value - 1.0) / e) + const
-
-
-SHARE_AXIS = ShareTransform()
-
-
 def _growth_axis(design: Design) -> dict:
     """The sampled axis of ``noise_growth``: softplus in the anchored structure (a few rows per
     sweep: gamma's posterior reaches 0 and meets the wall described in
@@ -277,7 +193,7 @@ def anchored_costs(design: Design, pr: dict) -> tuple:
     """
     units = design.unit_dense
     log_c1u = pm.Normal("log_c1_dense", **pr["log_c1_dense"], dims="unit")
-    log_c2u = _below_wall(
+    log_c2u = below_wall(
         "log_c2_dense", **pr["log_c2_dense"], wall=design.log_wall[units], dims="unit"
     )
     log_c1, log_c2 = log_c1u[design.sweep_unit], log_c2u[design.sweep_unit]
@@ -464,9 +380,10 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     have their own, pooled across its cells by the same trend shares :math:`w` and cell
     scales :math:`s`. :math:`\mu` is centred at the roofline magnitudes where the catalog
     knows the verifier, GPU and drafter (:func:`~specbayes.model_next.priors.group_level_prior`),
-    :math:`\tau_1` learned — integrated out (:func:`_c1_deviations`; sampled where the
-    ``c1_dev`` prior is None) — and :math:`\tau_2` a fixed jitter; the sweep deviations are
-    sampled non-centred (:func:`_sweep_level`).
+    :math:`\tau_1` learned — integrated out (:func:`~specbayes.model_next.levels.c1_deviations`;
+    sampled where the ``c1_dev`` prior is None) — and :math:`\tau_2` a fixed jitter; each
+    sweep's log C1 is sampled centred, its log C2 non-centred
+    (:func:`~specbayes.model_next.levels.sweep_level`, ``centred_sweeps``).
     """
     coefs = design.coords["coef"]
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
@@ -518,10 +435,10 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     if pr["c1_dev"] is None:
         tau_c1 = pm.Gamma("tau_c1", **pr["tau"])
         tau = pm.Deterministic("tau", pt.stack([tau_c1, jitter]), dims="cost")
-        log_c1 = _sweep_level("log_c1_sweep", pt.log(c1_eff), tau[0], None, centred["C1"])
+        log_c1 = sweep_level("log_c1_sweep", pt.log(c1_eff), tau[0], None, centred["C1"])
     else:
-        log_c1 = _c1_deviations(pt.log(c1_eff), pr["c1_dev"], centred["C1"])
-    log_c2 = _sweep_level("log_c2_sweep", pt.log(c2_eff), jitter, design.log_wall, centred["C2"])
+        log_c1 = c1_deviations(pt.log(c1_eff), pr["c1_dev"], centred["C1"])
+    log_c2 = sweep_level("log_c2_sweep", pt.log(c2_eff), jitter, design.log_wall, centred["C2"])
     c2v_group = pt.exp(mu_v[:, design.coords["coef_v"].index("c2v")])
     return log_c1, log_c2, (c_v[:, 2], c_v[:, 3], c_d[:, 1], passes, c2v_group)
 
@@ -531,8 +448,8 @@ def _trend_shares(design: Design, pr: dict):
     \mathcal N(m, s)` (``trend``), dims ``coef_t``.
 
     Sampled on the logit axis; those in ``share_axis`` (default ``("c2p",)``) on
-    :class:`ShareTransform`'s (the same prior): a request's prefill cost per concurrent
-    request grows about in proportion to its prompt
+    :class:`~specbayes.model_next.transforms.ShareTransform`'s (the same prior): a request's
+    prefill cost per concurrent request grows about in proportion to its prompt
     (``docs/model.md``), so its share sits near 1, where the logit axis stretches a posterior
     that the small-prefill cells pin linearly in :math:`w` into a skewed, bent ridge (the
     two-drafter set's worst-mixing variable, ``benchmarks/model_core.md``). Shares the rows
@@ -829,65 +746,9 @@ def _group_levels(design: Design, pr: dict, loc: np.ndarray, sd: np.ndarray):
     return pm.Deterministic("coef_mu", full, dims=("group", "coef_v"))
 
 
-def _c1_deviations(loc, prior: dict, centred: bool):
-    r"""Each sweep's :math:`\log C_1`: its decomposition ``loc`` plus a deviation
-    :math:`d_s \sim \mathcal N(0, \tau_{C_1})` with :math:`\tau_{C_1}^2 \sim
-    \mathrm{InverseGamma}(a, b)` integrated out (the deviations' density is
-    :func:`collapsed_logp` with unit row scales; :math:`\tau_{C_1}` is drawn from its exact
-    conditional after sampling, :func:`specbayes.model_next.sampling.add_collapsed`). With
-    the scale sampled, its log axis mixed worst on the demo and the two-drafter set (a long
-    tail towards 0, where the data cannot tell a small scale from none;
-    ``benchmarks/model_core.md``); integrated out there is no scale to mix.
-
-    Centred (default): :math:`\log C_{1s}` itself is sampled (each sweep's rows pin it more
-    tightly than :math:`\tau_{C_1}` does); non-centred: the deviations.
-    """
-    a, b = (pt.as_tensor(np.float64(prior[p])) for p in ("alpha", "beta"))
-    zero = pt.zeros_like(loc)
-    if centred:
-        value = pm.CustomDist(
-            "log_c1_sweep", loc, zero, a, b, logp=collapsed_logp, random=collapsed_random,
-            signature="(s),(s),(),()->(s)", dims="sweep",
-        )  # fmt: skip
-        pm.Deterministic("log_c1_dev", value - loc, dims="sweep")
-        return value
-    dev = pm.CustomDist(
-        "log_c1_dev", zero, zero, a, b, logp=collapsed_logp, random=collapsed_random,
-        signature="(s),(s),(),()->(s)", dims="sweep",
-    )  # fmt: skip
-    return loc + dev
-
-
-def _sweep_level(name: str, loc, tau, wall: np.ndarray | None, centred: bool):
-    r"""A sweep's log cost :math:`\mathcal N(\mathrm{loc}, \tau)`, truncated above at ``wall``.
-
-    Centred, or as :math:`\mathrm{loc} + \tau z` with :math:`z` truncated at
-    :math:`(\mathrm{wall} - \mathrm{loc})/\tau` — the same distribution, another geometry: the
-    non-centred form suits a sweep whose rows pin its cost less tightly than ``tau`` does.
-    """
-    if wall is None or np.all(np.isinf(wall)):
-        if centred:
-            return pm.Normal(name, loc, tau, dims="sweep")
-        return loc + tau * pm.Normal(f"{name}_z", 0.0, 1.0, dims="sweep")
-    if centred:
-        return TruncatedNormal(name, loc, tau, upper=wall, dims="sweep")
-    z = TruncatedNormal(f"{name}_z", 0.0, 1.0, upper=(wall - loc) / tau, dims="sweep")
-    return loc + tau * z
-
-
 def _scatter(values, columns: list[int], size: int):
     """A length-``size`` vector with ``values`` at ``columns`` and zeros elsewhere."""
     return pt.set_subtensor(pt.zeros(size)[columns], values)
-
-
-def _below_wall(name: str, mu, sigma, wall: np.ndarray, dims: str):
-    r"""Log :math:`C_2` prior: Normal truncated above at the wall :math:`-\log\lambda_\max`.
-
-    A plain Normal where every wall is infinite (closed loop): PyMC's ``TruncatedNormal``
-    with only infinite bounds mislabels its value variable."""
-    if np.all(np.isinf(wall)):
-        return pm.Normal(name, mu, sigma, dims=dims)
-    return TruncatedNormal(name, mu, sigma, upper=wall, dims=dims)
 
 
 def _unit_workload(design: Design) -> tuple[np.ndarray, np.ndarray]:

@@ -73,7 +73,7 @@ Pooled structure (coefficients shared across sweeps)
     ``c1_dev``
         InverseGamma(3, 6·10⁻⁵) prior of the variance :math:`\tau_{C_1}^2` of a sweep's
         :math:`\log C_1` deviation from the cycle decomposition, integrated out of the
-        sampled density (:func:`specbayes.model_next.graph._c1_deviations`; its draws are
+        sampled density (:func:`specbayes.model_next.levels.c1_deviations`; its draws are
         taken from the exact conditional after sampling, ``tau``). It weighs as six sweeps
         deviating by 0.45 %: a pooled fit's tens to thousands of sweeps outweigh it. With the
         scale sampled on its log axis, it mixed worst on the demo and the two-drafter set (a
@@ -85,7 +85,7 @@ Pooled structure (coefficients shared across sweeps)
         set, noise 2 %, scale 0.6 %: R-hat 1.35); ``benchmarks/model_core.md``. ``None``: the
         scale sampled with the ``tau`` prior.
     ``share_axis``
-        Trend shares sampled on :class:`specbayes.model_next.graph.ShareTransform`'s axis (a
+        Trend shares sampled on :class:`specbayes.model_next.transforms.ShareTransform`'s axis (a
         smooth clamp linear in the share) instead of the logit, the same prior; default
         ``("c2p",)``, the share that sits near 1 (a request's prefill cost growing with its
         prompt), where on the logit axis its posterior was a bent ridge with the small-prefill
@@ -217,7 +217,7 @@ Both
         sweep's most loaded row, which alone pins its :math:`C_2`, is as precise as the
         idle ones; on the demo 21 of 504 rows then had Pareto k > 0.7 in ``az.loo``.
         In the anchored structure sampled on a softplus axis
-        (:class:`specbayes.model_next.graph.SoftplusTransform`; the prior is unchanged):
+        (:class:`specbayes.model_next.transforms.SoftplusTransform`; the prior is unchanged):
         under the log transform the steep upper side of a small sweep's :math:`\gamma`
         posterior was where its rare divergences happened.
 """
@@ -300,7 +300,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     "tau": {"alpha": 2.0, "beta": 100.0},
     # the C1 deviations' scale integrated out (None: sampled with the "tau" prior)
     "c1_dev": {"alpha": 3.0, "beta": 6e-5},
-    # trend shares sampled on graph.ShareTransform's axis (a smooth clamp), not the logit
+    # trend shares sampled on transforms.ShareTransform's axis (a smooth clamp), not the logit
     "share_axis": ("c2p",),
     "c2_jitter": 0.005,
     # batch curvature: inverse knee (roofline ridges) of each (verifier, hardware); None = off
