@@ -22,7 +22,7 @@ from specbayes import laws, plan
 from specbayes.data import SweepTable, validate_sweeps
 from specbayes.fit import FitFileError, load_fit
 from specbayes.model_next import build_design, build_model
-from specbayes.model_next.fitted import _ANSWER_VARIABLES, NextFit
+from specbayes.model_next.fitted import _ANSWER_VARIABLES, NextFit, stored_priors
 from specbayes.model_next.sampling import add_collapsed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +54,7 @@ def mock_fit(table: SweepTable, draws: int = 40, seed: int = 5) -> NextFit:
         sample_stats=xr.Dataset({"diverging": (("chain", "draw"), np.zeros((2, draws), bool))})
     )
     add_collapsed(idata, model, seed)
-    config = {"level": "sd", "structure": design.structure, "priors": {}}
+    config = {"level": "sd", "structure": design.structure, "priors": stored_priors(None)}
     config["sampler_config"] = {"seed": seed}
     fit = NextFit(idata, design, excluded=table.excluded, config=config, model=model)
     fit._attach_groups()
@@ -206,10 +206,18 @@ def test_planner_on_a_next_fit(pooled):
         plan.speedup(pooled, other, rps=[0.0])
 
 
-def test_save_and_load(pooled, tmp_path):
+def test_save_and_load(pooled, tmp_path, monkeypatch):
+    from specbayes.model_next.priors import DEFAULT_PRIORS
+
     path = pooled.save(tmp_path / "fit.nc")
+    # the defaults move after the fit was saved (here: C1's sweeps back to non-centred) - the
+    # saved fit still rebuilds the model it was sampled with, whose variables its posterior has
+    monkeypatch.setitem(DEFAULT_PRIORS["centred_sweeps"], "C1", False)
     again = load_fit(path)
     assert isinstance(again, NextFit)
+    names = {v.name for v in again.model.free_RVs}
+    assert names == {v.name for v in pooled.model.free_RVs} and "log_c1_sweep" in names
+    assert again.summary()["min_ess_bulk"] == pooled.summary()["min_ess_bulk"]
     # the variables the answers read are stored exactly: a method reading a float32 one fails
     np.testing.assert_array_equal(
         again.mean_latency(pooled.data).values, pooled.mean_latency(pooled.data).values

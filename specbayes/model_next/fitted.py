@@ -116,7 +116,7 @@ def fit_next(
     config = {
         "level": level,
         "structure": design.structure,
-        "priors": _jsonable_priors(priors or {}),
+        "priors": stored_priors(priors),
         "metrics": list(metrics),
         "sampler_config": {**SAMPLER_CONFIG, "sampler": "nutpie", **options, "seed": seed},
         "build_s": t1 - t0,
@@ -711,6 +711,14 @@ def load_next(idata, path: Path) -> NextFit:
     table = SweepTable(data, excluded)
     design = build_design(table, config["level"], config["structure"])
     return NextFit(idata, design, excluded=excluded, config=config)
+
+
+def stored_priors(priors: dict | None) -> dict:
+    """What a fit's config keeps of its priors: every prior the model was built with (the
+    defaults with ``priors`` overlaid), JSON-able — not only the overrides, so a saved fit
+    rebuilds the model it was sampled with after the defaults move (a parametrisation
+    renames the posterior's variables: C1's sweeps centred, 2026-12-07)."""
+    return _jsonable_priors(merge_priors(priors))
 
 
 def _jsonable_priors(priors: dict) -> dict:
