@@ -271,9 +271,9 @@ def test_real_b200_sd_fit_is_healthy_and_covers_the_unsaturated_points():
 
 
 #: The pooled structure with a latent alpha on these small sets (96 rows; issue 42): not
-#: healthy at the defaults (2026-12-06, C1 deviations' scale integrated out: open loop 1
-#: divergence in one run, bulk ESS 280 in another; benchmarks/model_core.md) — strict, so a
-#: fix turns these into failures to unmark.
+#: healthy at the defaults (2026-12-07, C1 sweep costs centred: open loop bulk ESS 368,
+#: closed loop R-hat 1.02; benchmarks/model_core.md) — strict, so a fix turns these into
+#: failures to unmark.
 LATENT_POOLED = pytest.mark.xfail(
     reason="issue 42: the pooled structure's latent alpha is not healthy yet", strict=True
 )
