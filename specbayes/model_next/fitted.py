@@ -715,13 +715,9 @@ def load_next(idata, path: Path) -> NextFit:
 
 def stored_priors(priors: dict | None) -> dict:
     """What a fit's config keeps of its priors: every prior the model was built with (the
-    defaults with ``priors`` overlaid), JSON-able — not only the overrides, so a saved fit
-    rebuilds the model it was sampled with after the defaults move (a parametrisation
-    renames the posterior's variables: C1's sweeps centred, 2026-12-07)."""
-    return _jsonable_priors(merge_priors(priors))
-
-
-def _jsonable_priors(priors: dict) -> dict:
-    """Prior overrides as JSON values (tuples as lists), checked against the defaults."""
-    merge_priors(priors)
-    return json.loads(json.dumps(priors, default=lambda o: list(o) if isinstance(o, tuple) else o))
+    defaults with ``priors`` overlaid, which checks the overrides), as JSON values (tuples as
+    lists) — not only the overrides, so a saved fit rebuilds the model it was sampled with
+    after the defaults move (a parametrisation renames the posterior's variables: C1's
+    sweeps centred, 2026-12-07)."""
+    merged = merge_priors(priors)
+    return json.loads(json.dumps(merged, default=lambda o: list(o) if isinstance(o, tuple) else o))

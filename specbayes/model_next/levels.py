@@ -31,18 +31,16 @@ def c1_deviations(loc, prior: dict, centred: bool):
     """
     a, b = (pt.as_tensor(np.float64(prior[p])) for p in ("alpha", "beta"))
     zero = pt.zeros_like(loc)
-    if centred:
-        value = pm.CustomDist(
-            "log_c1_sweep", loc, zero, a, b, logp=collapsed_logp, random=collapsed_random,
-            signature="(s),(s),(),()->(s)", dims="sweep",
-        )  # fmt: skip
-        pm.Deterministic("log_c1_dev", value - loc, dims="sweep")
-        return value
-    dev = pm.CustomDist(
-        "log_c1_dev", zero, zero, a, b, logp=collapsed_logp, random=collapsed_random,
+    # the sampled variable: log C1 around loc (centred) or the deviation around 0
+    name, mu = ("log_c1_sweep", loc) if centred else ("log_c1_dev", zero)
+    value = pm.CustomDist(
+        name, mu, zero, a, b, logp=collapsed_logp, random=collapsed_random,
         signature="(s),(s),(),()->(s)", dims="sweep",
     )  # fmt: skip
-    return loc + dev
+    if not centred:
+        return loc + value
+    pm.Deterministic("log_c1_dev", value - loc, dims="sweep")
+    return value
 
 
 def sweep_level(name: str, loc, tau, wall: np.ndarray | None, centred: bool):
