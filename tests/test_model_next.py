@@ -75,6 +75,45 @@ def test_scaled_softplus_axis_is_a_bijection_with_its_jacobian():
     np.testing.assert_allclose(axis.log_jac_det(u).eval(), jac, rtol=1e-12)
 
 
+def test_ratio_axis_is_a_bijection_above_its_floor_with_its_jacobian():
+    """:class:`LowerSoftplus`: x = l + a softplus(u/a) above the floor l, about l + u a few a
+    above it; forward inverts backward; log_jac_det = log dx/du."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    from specbayes.model_next.transforms import LowerSoftplus
+
+    axis = LowerSoftplus(np.array([-0.9, -0.4, 0.0]), 1.0)
+    u = np.array([-12.0, 0.3, 6.0])
+    x = axis.backward(pt.as_tensor(u)).eval()
+    np.testing.assert_allclose(x, np.array([-0.9, -0.4, 0.0]) + np.log1p(np.exp(u)), rtol=1e-12)
+    assert x[0] > -0.9 and abs(x[2] - 6.0) < 0.01  # above the floor; linear far above it
+    np.testing.assert_allclose(axis.forward(pt.as_tensor(x)).eval(), u, rtol=1e-6)
+    v = pt.dscalar()
+    one = LowerSoftplus(-0.4, 1.0)
+    slope = pytensor.function([v], pytensor.grad(one.backward(v), v))
+    expect = np.log([slope(value) for value in u])
+    np.testing.assert_allclose(one.log_jac_det(pt.as_tensor(u)).eval(), expect, atol=1e-9)
+
+
+def test_closed_loop_ratios_move_on_the_ratio_axis(real_case):
+    """A closed-loop anchored model samples both SD/dense ratios on :class:`LowerSoftplus`'
+    axis at the floor q/E_max (``graph.anchored_costs``): no bent ridge against the dense
+    cost; the prior is PyMC's truncated Normal either way."""
+    from specbayes.model_next.transforms import LowerSoftplus
+
+    design = build_design(real_case.table)
+    model = build_model(design)
+    sd = design.sd
+    dense = design.unit_dense[design.sweep_unit[sd]]
+    floor = design.decode[sd] / design.decode[dense] / design.e_max[sd]
+    for name in ("log_c1_ratio", "log_c2_ratio"):
+        axis = model.rvs_to_transforms[model[name]]
+        assert isinstance(axis, LowerSoftplus)
+        np.testing.assert_allclose(axis.lower, np.log(floor))
+    assert np.isfinite(model.compile_logp()(model.initial_point()))
+
+
 def test_share_axis_is_a_bijection_onto_the_unit_interval_with_its_jacobian():
     """:class:`ShareTransform`: w = eps softplus(v/eps) - eps softplus((v - 1)/eps) in (0, 1),
     about the identity a few eps inside the ends; forward inverts backward; log_jac_det =

@@ -55,7 +55,7 @@ from specbayes.model_next.priors import (
     spec_seq_prior,
 )
 from specbayes.model_next.rows import rows_logp, rows_random
-from specbayes.model_next.transforms import SHARE_AXIS, SOFTPLUS, SoftplusTransform
+from specbayes.model_next.transforms import SHARE_AXIS, SOFTPLUS, LowerSoftplus, SoftplusTransform
 from specbayes.model_next.truncated import TruncatedNormal
 
 #: Held while :func:`build_model` builds a model. Two models built at once in one process (a
@@ -190,6 +190,13 @@ def anchored_costs(design: Design, pr: dict) -> tuple:
     and then, exactly, :math:`c_{jp} = \pi_j C_{ju}`, :math:`c_{jv} = (1-\pi_j) C_{ju}/g_u`,
     :math:`c_{jd} = (\rho_j E_s/q_s - 1)\,c_{jv}/k` — positive by construction, and
     :func:`specbayes.laws.effective_costs` of them returns :math:`C_{j,\mathrm{sd}}`.
+
+    The sampler moves the ratios on :class:`LowerSoftplus`' axis (the prior is unchanged):
+    on the default log axis above the floor a well-pinned SD cost
+    :math:`\log C_{2u} + \log C_{2R}` against a loosely pinned dense one is a bent ridge,
+    :math:`\log C_{2u} \approx \mathrm{const} - e^{u}`, which the mass matrix cannot
+    straighten; a prior sd above the floor the axis is linear and the ridge straight
+    (``benchmarks/model_core.md``, 2026-12-07).
     """
     units = design.unit_dense
     log_c1u = pm.Normal("log_c1_dense", **pr["log_c1_dense"], dims="unit")
@@ -204,8 +211,12 @@ def anchored_costs(design: Design, pr: dict) -> tuple:
     sd, su = design.sd, design.sweep_unit[design.sd]
     q = design.decode[sd] / design.decode[units[su]]
     floor = q / design.e_max[sd]  # C_R of ideal speculation: every draft accepted, free drafter
+    # the ratios' axis (docstring): linear a prior sd above the floor; where an open-loop
+    # sweep bounds the C2 ratio above too, PyMC's interval axis
+    axis = {"default_transform": LowerSoftplus(np.log(floor), pr["log_ratio"]["sigma"])}
+    closed = np.all(np.isinf(design.log_wall[sd]))
     ratio_1 = TruncatedNormal(
-        "log_c1_ratio", **pr["log_ratio"], lower=np.log(floor), dims="sd_sweep"
+        "log_c1_ratio", **pr["log_ratio"], lower=np.log(floor), dims="sd_sweep", **axis
     )
     ratio_2 = TruncatedNormal(
         "log_c2_ratio",
@@ -213,6 +224,7 @@ def anchored_costs(design: Design, pr: dict) -> tuple:
         lower=np.log(floor),
         upper=design.log_wall[sd] - log_c2u[su],
         dims="sd_sweep",
+        **(axis if closed else {}),
     )
     log_c1 = pt.set_subtensor(log_c1[sd], log_c1u[su] + ratio_1)
     log_c2 = pt.set_subtensor(log_c2[sd], log_c2u[su] + ratio_2)

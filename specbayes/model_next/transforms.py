@@ -96,3 +96,30 @@ class ShareTransform(Transform):
 
 
 SHARE_AXIS = ShareTransform()
+
+
+class LowerSoftplus(Transform):
+    r"""Values above a lower bound :math:`l` through :math:`x = l + a\,\mathrm{softplus}(u/a)`:
+    logarithmic in :math:`x - l` within :math:`a` of the bound, linear beyond. The prior is
+    unchanged; only the sampler's coordinate is.
+
+    The anchored structure's SD/dense cost ratios (:func:`specbayes.model_next.graph.
+    anchored_costs`): with a dense sweep whose :math:`C_2` its rows barely pin, the SD sweep's
+    cost :math:`\log C_{2u} + \log C_{2R}` is pinned while each part is not, and on PyMC's
+    log axis above the floor that is a bent ridge; linear beyond :math:`a` it is straight."""
+
+    name = "lower_softplus"
+
+    def __init__(self, lower, scale: float = 1.0):
+        self.lower = np.asarray(lower, dtype=float)
+        self.scale = scale
+
+    def forward(self, value, *inputs):
+        x = (value - self.lower) / self.scale
+        return self.scale * (x + pt.log(-pt.expm1(-x)))
+
+    def backward(self, value, *inputs):
+        return self.lower + self.scale * pt.softplus(value / self.scale)
+
+    def log_jac_det(self, value, *inputs):
+        return -pt.softplus(-value / self.scale)
