@@ -640,3 +640,30 @@ def test_optimised_start_restarts_until_a_run_gains_nothing(monkeypatch):
     monkeypatch.setattr(sampling, "START_MAXITER", 5)
     _, search = sampling.optimised_start(logp_and_grad, np.full(400, 50.0))
     assert not search["start_converged"] and search["start_logp"] < -1.0, search
+
+
+def test_scouting_restarts_only_trapped_chains_from_the_best_ones_late_positions():
+    """:func:`choose_starts`: a chain whose last-quarter log density lies more than
+    ``SCOUT_TRAP_SD`` sqrt(d/2) below the best chain's starts at the best chain's position,
+    ten iterations apart per trapped chain; a chain that ends comparably keeps its own last
+    position (so R-hat still compares chains that found the bulk apart)."""
+    from specbayes.model_next import sampling
+
+    rng = np.random.default_rng(0)
+    chains, iterations, dim = 4, 200, 50
+    position = rng.normal(size=(chains, iterations, dim))
+    floor = sampling.SCOUT_TRAP_SD * np.sqrt(dim / 2.0)
+    logp = rng.normal(0.0, 1.0, (chains, iterations))
+    logp[1] -= 0.5 * floor  # comparable: keeps its own
+    logp[2] -= 10.0 * floor  # trapped
+    logp[3, -20:] -= 10.0 * floor  # trapped at the end (its last quarter)
+    points, trapped = sampling.choose_starts(logp, position)
+    assert trapped == 2
+    np.testing.assert_array_equal(points[0], position[0, -1])
+    np.testing.assert_array_equal(points[1], position[1, -1])
+    np.testing.assert_array_equal(points[2], position[0, -11])
+    np.testing.assert_array_equal(points[3], position[0, -21])
+    starts = sampling._in_turn(points)
+    handed = [starts(seed) for seed in range(5)]
+    np.testing.assert_array_equal(handed[3], points[3])
+    np.testing.assert_array_equal(handed[4], points[0])  # in turn, then round again

@@ -364,3 +364,7 @@ def test_fit_summary_says_when_the_start_search_did_not_converge():
     assert line in format_summary(unconverged)
     assert "unconverged" not in format_summary({**base, "start_converged": True})
     assert "unconverged" not in format_summary(base)
+    assert "1 chain(s) began at the best scouting chain's position" in format_summary(
+        {**base, "scout_restarted": 1}
+    )
+    assert "scouting" not in format_summary({**base, "scout_restarted": 0})

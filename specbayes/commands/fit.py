@@ -210,6 +210,11 @@ def format_summary(summary: dict) -> str:
             f"the chains' start (L-BFGS to the density's maximum) stopped unconverged after "
             f"{summary['start_iterations']} iterations: warmup had to find the bulk"
         )
+    if summary.get("scout_restarted"):  # None: the old core, numpyro, or a fit before it
+        lines.append(
+            f"{summary['scout_restarted']} chain(s) began at the best scouting chain's position: "
+            "their scouting warmup ended trapped far below it"
+        )
     lines.append("healthy" if summary["healthy"] else "NOT healthy")
     return "\n".join(lines)
 

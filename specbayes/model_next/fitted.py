@@ -578,6 +578,7 @@ class NextFit(CoefficientDraws):
             "wall_s": float(self.config.get("wall_s", np.nan)),
             "start_converged": self.config.get("start_converged"),
             "start_iterations": self.config.get("start_iterations"),
+            "scout_restarted": self.config.get("scout_restarted"),
             "alpha_inferred": self.alpha_inferred,
             "alpha_measured": {
                 sweep: [round(float(r.alpha), 6), float(r.alpha_min), float(r.alpha_max)]
