@@ -116,6 +116,9 @@ def time_bayes(table, model: str, config: dict, save: Path | None = None) -> dic
         build_s=f.config.get("build_s", np.nan),
         compile_s=f.config.get("compile_s") or 0.0,
         start_s=f.config.get("start_s") or 0.0,
+        # the scouting run (sampling.scouted_starts) is part of sample_s
+        scout_s=f.config.get("scout_s") or 0.0,
+        scout_restarted=f.config.get("scout_restarted") or 0,
         sample_s=f.config.get("sample_s", np.nan),
         groups_s=f.config.get("groups_s", np.nan),
         ess_per_s=s["min_ess_bulk"] / wall,
@@ -188,6 +191,7 @@ def main() -> None:
                 "build_s",
                 "compile_s",
                 "start_s",
+                "scout_s",
                 "sample_s",
                 "groups_s",
                 "ess_per_s",
@@ -206,6 +210,7 @@ def main() -> None:
             **med,
             "ratio_to_curve_fit": med["wall_s"] / cf_med,
             "divergences": [r["divergences"] for r in runs],
+            "scout_restarted": [r["scout_restarted"] for r in runs],
             "healthy": [r["healthy"] for r in runs],
             "config": dict(config, seeds=args.seeds) if args.seeds else config or "defaults",
         }
@@ -213,7 +218,8 @@ def main() -> None:
         lines.append(
             f"| {case} | {args.model} | {result['rows']} | {len(runs)} | "
             f"{med['wall_s']:.1f} | {med['build_s']:.1f} | {med['compile_s']:.1f} | "
-            f"{med['start_s']:.1f} | {med['sample_s']:.1f} | {med['groups_s']:.1f} | "
+            f"{med['start_s']:.1f} | {med['scout_s']:.1f} {result['scout_restarted']} | "
+            f"{med['sample_s']:.1f} | {med['groups_s']:.1f} | "
             f"{cf_med:.2f} | "
             f"{result['ratio_to_curve_fit']:.1f}× | {med['min_ess_bulk']:.0f} | "
             f"{med['ess_per_s']:.1f} | {med['max_r_hat']:.3f} | {result['divergences']} | "
@@ -221,8 +227,9 @@ def main() -> None:
         )
     header = (
         "| case | model | rows | runs | bayes wall s (median) | build s | compile s | "
-        "start s | sample s | groups s | curve_fit s | ratio | min bulk ESS | ESS/s | "
-        "max R-hat | divergences | steps/draw | healthy | sampler_config |\n|" + "---|" * 19
+        "start s | scout s (chains restarted) | sample s | groups s | curve_fit s | ratio | "
+        "min bulk ESS | ESS/s | max R-hat | divergences | steps/draw | healthy | "
+        "sampler_config |\n|" + "---|" * 20
     )
     stamp = (
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, "
