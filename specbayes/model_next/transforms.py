@@ -103,10 +103,11 @@ class LowerSoftplus(Transform):
     logarithmic in :math:`x - l` within :math:`a` of the bound, linear beyond. The prior is
     unchanged; only the sampler's coordinate is.
 
-    The anchored structure's SD/dense cost ratios (:func:`specbayes.model_next.graph.
-    anchored_costs`): with a dense sweep whose :math:`C_2` its rows barely pin, the SD sweep's
-    cost :math:`\log C_{2u} + \log C_{2R}` is pinned while each part is not, and on PyMC's
-    log axis above the floor that is a bent ridge; linear beyond :math:`a` it is straight."""
+    The anchored structure's SD/dense cost ratios
+    (:func:`specbayes.model_next.graph.anchored_costs`): with a dense sweep whose :math:`C_2`
+    its rows barely pin, the SD sweep's cost :math:`\log C_{2u} + \log C_{2R}` is pinned while
+    each part is not, and on PyMC's log axis above the floor that is a bent ridge; linear
+    beyond :math:`a` it is straight."""
 
     name = "lower_softplus"
 
