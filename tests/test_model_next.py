@@ -667,3 +667,20 @@ def test_scouting_restarts_only_trapped_chains_from_the_best_ones_late_positions
     handed = [starts(seed) for seed in range(5)]
     np.testing.assert_array_equal(handed[3], points[3])
     np.testing.assert_array_equal(handed[4], points[0])  # in turn, then round again
+
+
+def test_scouting_keeps_the_start_when_no_chain_is_trapped():
+    """:func:`scouted_starts` on a unimodal posterior: no chain trapped, so the fit keeps the
+    compiled model's own starts — the fit it would be without the check."""
+    import nutpie
+
+    from specbayes.model_next import sampling
+
+    with pm.Model() as model:
+        scale = pm.HalfNormal("scale", 1.0)
+        pm.Normal("x", 0.0, scale, shape=3)
+    compiled = nutpie.compile_pymc_model(model)
+    config = {**sampling.SAMPLER_CONFIG, "chains": 2, "cores": 1}
+    starts, info = sampling.scouted_starts(compiled, 1, config)
+    assert info["scout_restarted"] == 0 and info["scout_s"] > 0
+    assert starts is compiled.initial_point_func
