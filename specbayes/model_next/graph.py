@@ -211,17 +211,18 @@ def anchored_costs(design: Design, pr: dict) -> tuple:
     sd, su = design.sd, design.sweep_unit[design.sd]
     q = design.decode[sd] / design.decode[units[su]]
     floor = q / design.e_max[sd]  # C_R of ideal speculation: every draft accepted, free drafter
+    log_floor = np.log(floor)
     # the ratios' axis (docstring): linear a prior sd above the floor; where an open-loop
     # sweep bounds the C2 ratio above too, PyMC's interval axis
-    axis = {"default_transform": LowerSoftplus(np.log(floor), pr["log_ratio"]["sigma"])}
+    axis = {"default_transform": LowerSoftplus(log_floor, pr["log_ratio"]["sigma"])}
     closed = np.all(np.isinf(design.log_wall[sd]))
     ratio_1 = TruncatedNormal(
-        "log_c1_ratio", **pr["log_ratio"], lower=np.log(floor), dims="sd_sweep", **axis
+        "log_c1_ratio", **pr["log_ratio"], lower=log_floor, dims="sd_sweep", **axis
     )
     ratio_2 = TruncatedNormal(
         "log_c2_ratio",
         **pr["log_ratio"],
-        lower=np.log(floor),
+        lower=log_floor,
         upper=design.log_wall[sd] - log_c2u[su],
         dims="sd_sweep",
         **(axis if closed else {}),

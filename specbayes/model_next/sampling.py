@@ -273,14 +273,15 @@ def scouted_starts(compiled, seed: int, config: dict, progress: bool = False):
     import nutpie
 
     t0 = time.perf_counter()
-    keys = ("chains", "cores", "target_accept", "low_rank_modified_mass_matrix")
+    # the fit's own settings but its length: the scouting run is the same chains, shorter
+    settings = {k: v for k, v in config.items() if k not in ("tune", "draws")}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # arviz: "more chains than draws" (none are kept)
         trace = _wait(
             nutpie.sample(
                 compiled, tune=SCOUT_TUNE, draws=0, seed=seed, progress_bar=progress,
                 save_warmup=True, store_unconstrained=True, blocking=False,
-                **{k: config[k] for k in keys},
+                **settings,
             )
         )  # fmt: skip
     stats = trace.warmup_sample_stats
