@@ -5,10 +5,10 @@ r"""Fitting the latency models: :func:`fit` and :func:`load_fit` for every level
 >>> f.healthy, f.diagnostics().head()                # doctest: +SKIP
 >>> draws = f.predict(new_rows)                      # (sample, row) latency draws  # doctest: +SKIP
 
-``dense`` and ``sd`` run on the default core (:mod:`specbayes.model_next`, its fit object
+Every level runs on the default core (:mod:`specbayes.model_next`, its fit object
 :class:`specbayes.model_next.fitted.NextFit`; README "The model"). The rest of this module is
-the old core, kept for the ``moe`` level only (``fit(..., model="moe", core="legacy")``,
-:func:`resolve_core`) and deleted when ``moe`` moves: its :class:`Fit`, and the sampling below.
+the old core, selectable for the ``moe`` level only (``fit(..., model="moe", core="legacy")``,
+:func:`resolve_core`) until it is deleted: its :class:`Fit`, and the sampling below.
 
 Sampling (the old core)
 -----------------------
@@ -305,12 +305,12 @@ def fit(
     progress : bool
         Show the sampler's progress bar.
     core : {"legacy"}, optional
-        The model core. ``sd`` and ``dense`` run on the default core
+        The model core. By default every level runs on the default core
         (:mod:`specbayes.model_next`, its one sampler configuration — ``sampler_config`` may
-        set ``seed`` and :data:`specbayes.model_next.sampling.SAMPLER_OPTIONS`) and return a
-        :class:`specbayes.model_next.fitted.NextFit`. ``moe`` has no level on that core yet:
-        it runs on the old core (this module's :class:`Fit`) and must say so,
-        ``core="legacy"`` (CLI: ``--core legacy``). See :func:`resolve_core`.
+        set ``seed`` and :data:`specbayes.model_next.sampling.SAMPLER_OPTIONS`) and returns a
+        :class:`specbayes.model_next.fitted.NextFit`. ``core="legacy"`` (CLI: ``--core
+        legacy``) fits ``moe`` on the old core (this module's :class:`Fit`) until it is
+        deleted. See :func:`resolve_core`.
     metrics : sequence of str, optional
         Per-point metrics to model beside the mean latency on the default core
         (:mod:`specbayes.model_next.metrics`; e.g. ``("ttft_p99", "itl_p50")``): what
@@ -319,7 +319,7 @@ def fit(
     Returns
     -------
     NextFit or Fit
-        The default core's fit for ``dense`` and ``sd``, the old core's for ``moe``.
+        The default core's fit; the old core's with ``core="legacy"``.
 
     Raises
     ------
@@ -335,31 +335,26 @@ def fit(
 
 
 def resolve_core(model: str, core: str | None = None) -> str:
-    """The core a fit of ``model`` runs on: ``"next"`` for ``sd`` and ``dense`` (the default
-    core), ``"legacy"`` for ``moe``, which must ask for it.
+    """The core a fit of ``model`` runs on: ``"next"`` (the default core) for every level,
+    ``"legacy"`` for ``moe`` where it asks for the old core.
 
     Raises
     ------
     ValueError
-        ``core`` is neither ``None``, ``"next"`` nor ``"legacy"``; ``moe`` without
-        ``core="legacy"``; ``core="legacy"`` for another level.
+        ``core`` is neither ``None``, ``"next"`` nor ``"legacy"``; ``core="legacy"`` for a
+        level other than ``moe``.
     """
     if core not in (None, "next", "legacy"):
         raise ValueError(
             f"core must be None, 'next' or 'legacy' (the moe level's old core); got {core!r}"
         )
-    if model == "moe":
-        if core != "legacy":
+    if core == "legacy":
+        if model != "moe":
             raise ValueError(
-                "the moe level is not on the default model core yet — fit it with the old core "
-                "by asking for it: core='legacy' (CLI: --core legacy)"
+                f"the old core is kept for the moe level only; the {model!r} level runs on "
+                "the default core — drop core='legacy' (--core legacy)"
             )
         return "legacy"
-    if core == "legacy":
-        raise ValueError(
-            f"the old core is kept for the moe level only; the {model!r} level runs on the "
-            "default core — drop core='legacy' (--core legacy)"
-        )
     return "next"
 
 

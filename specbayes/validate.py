@@ -454,8 +454,8 @@ def leave_n_out(
     progress : bool
         Show a progress bar over folds (tqdm, on stderr), advanced as folds complete.
     core : {"next", "legacy"}, optional
-        The model core (:func:`specbayes.fit.resolve_core`): ``sd`` and ``dense`` run on the
-        default core; ``moe`` only on the old one, asked for with ``"legacy"``.
+        The model core (:func:`specbayes.fit.resolve_core`): every level runs on the default
+        core; ``"legacy"`` fits ``moe`` on the old one until it is deleted.
     priors : dict, optional
         Prior overrides of every fold's fit (e.g. the batch curvature,
         ``{"inverse_knee": KNEE_PRIOR}``).

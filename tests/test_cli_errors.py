@@ -233,7 +233,18 @@ CASES = [
         "moe",
         ["x.nc"],
     ),
-    ("fit-moe-without-core", "fit good.csv --model moe --out x.nc", "--core legacy", ["x.nc"]),
+    (
+        "fit-moe-on-dense-verifier-default-core",
+        "fit good.csv --model moe --out x.nc",
+        "mixture-of-experts verifiers only",
+        ["x.nc"],
+    ),
+    (
+        "fit-moe-with-curvature",
+        "fit good.csv --model moe --curvature --out x.nc",
+        "drop --curvature with --model moe",
+        ["x.nc"],
+    ),
     ("fit-legacy-core-for-sd", "fit good.csv --core legacy --out x.nc", "moe level only", ["x.nc"]),
     ("fit-start-on-default-core", "fit good.csv --start mode --out x.nc", "--start", ["x.nc"]),
     (
@@ -289,7 +300,12 @@ CASES = [
     ("validate-leave-out-fraction", "validate good.csv --out v --leave-out 1.5", "1.5", ["v"]),
     ("validate-repeats-zero", "validate good.csv --out v --repeats 0", "--repeats", ["v"]),
     ("validate-moe-on-dense", "validate good.csv --out v --model moe --core legacy", "moe", ["v"]),
-    ("validate-moe-without-core", "validate good.csv --out v --model moe", "--core legacy", ["v"]),
+    (
+        "validate-moe-on-dense-default-core",
+        "validate good.csv --out v --model moe",
+        "mixture-of-experts verifiers only",
+        ["v"],
+    ),
     ("validate-sd-on-dense-rows", "validate dense_only.csv --out v", "k > 0", ["v"]),
     ("validate-out-under-a-file", "validate good.csv --out afile/v", "afile is a file", []),
     ("validate-a-fit-file", "validate fit.nc --out v", "unsupported sweep file type", ["v"]),

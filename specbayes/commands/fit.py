@@ -71,8 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--core",
         choices=("legacy",),
         default=None,
-        help="the old model core: required by --model moe, which the default core has no "
-        "level for yet (dense and sd always run on the default core)",
+        help="the old model core, for --model moe only (kept until it is deleted; every "
+        "level runs on the default core)",
     )
     p.add_argument(
         "--start",
@@ -258,7 +258,7 @@ def check_level(table, model: str, source) -> None:
 
     ``sd`` needs speculative-decoding rows (k > 0): without them the drafter's costs rest on
     their priors alone; ``dense`` needs dense rows (k = 0); ``moe`` refuses dense verifiers
-    (:func:`specbayes.model.build_design` says which).
+    (:func:`specbayes.model_next.experts.expert_ratios` says which).
     """
     data = table.data
     if data.empty:
@@ -275,10 +275,10 @@ def check_level(table, model: str, source) -> None:
             "speculative-decoding sweeps with --model sd"
         )
     if model == "moe":
-        from specbayes.model import build_design
+        from specbayes.model_next.experts import expert_ratios
 
         try:
-            build_design(data, model)
+            expert_ratios(data, data["verifier"].unique())
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
 
@@ -293,6 +293,11 @@ def check_core(args: argparse.Namespace) -> None:
         raise ValueError(
             "--curvature: the old core's moe level has a batch curvature of its own — drop "
             "--curvature with --core legacy"
+        )
+    if getattr(args, "curvature", False) and args.model == "moe":
+        raise ValueError(
+            "--curvature: the moe level bends with the expert coverage, not a batch "
+            "curvature — drop --curvature with --model moe"
         )
     if getattr(args, "tail_excess", False) and not getattr(args, "metrics", None):
         raise ValueError("--tail-excess shapes the noise of --metrics: give --metrics too")

@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--core",
         choices=("legacy",),
         default=None,
-        help="the old model core: required by --model moe (dense and sd always run on the "
-        "default core)",
+        help="the old model core, for --model moe only (kept until it is deleted; every "
+        "level runs on the default core)",
     )
     p.add_argument(
         "--leave-out", type=positive_int_list, default=[1, 2, 4], help="n values, e.g. 1,2,4"

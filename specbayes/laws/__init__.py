@@ -7,8 +7,8 @@ checks, the planner and the tests all call these.
 
 The cheap closed forms (:func:`expected_tokens`, :func:`effective_costs`, :func:`latency`,
 :func:`closed_loop_latency`, :func:`expert_coverage`, :func:`moe_latency_unrolled`,
-:func:`moe_latency_implicit`) also accept PyTensor tensors, so the model graph uses the very same
-code; with NumPy inputs PyTensor is never imported.
+:func:`moe_latency_implicit`, :func:`moe_fixed_cost_latency`) also accept PyTensor tensors,
+so the model graph uses the very same code; with NumPy inputs PyTensor is never imported.
 
 Notation
 --------
@@ -74,10 +74,12 @@ from specbayes.laws.latency_law import (
 from specbayes.laws.latency_law import _open_headroom as _open_headroom
 from specbayes.laws.latency_law import _soft_root as _soft_root
 from specbayes.laws.moe import (
+    MOE_FIXED_NEWTON,
     MOE_IMPLICIT_ITERATIONS,
     MOE_IMPLICIT_NEWTON,
     SLOPE_CAP,
     expert_coverage,
+    moe_fixed_cost_latency,
     moe_latency,
     moe_latency_implicit,
     moe_latency_unrolled,
@@ -88,6 +90,7 @@ from specbayes.laws.moe import _moe_step as _moe_step
 __all__ = [
     "BREAK_EVEN_GRID",
     "KNEE_WIDTH",
+    "MOE_FIXED_NEWTON",
     "MOE_IMPLICIT_ITERATIONS",
     "MOE_IMPLICIT_NEWTON",
     "SLOPE_CAP",
@@ -112,6 +115,7 @@ __all__ = [
     "latency_sensitivities",
     "log_headroom",
     "marginal_acceptance",
+    "moe_fixed_cost_latency",
     "moe_latency",
     "moe_latency_implicit",
     "moe_latency_unrolled",

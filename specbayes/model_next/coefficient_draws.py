@@ -26,8 +26,9 @@ class CoefficientDraws:
     # -- coefficients -------------------------------------------------------------------------
     def coefficients(self, rows: pd.DataFrame, seed: int | None = None) -> xr.Dataset:
         """Posterior draws of the six cycle coefficients per row (seconds), dims (sample, row),
-        and ``c1c``, ``c2c`` (the costs per speculative cycle: fixed, per sequence) and
-        ``prefill_share`` (the drafter's prefill over the verifier's) where the fit has them.
+        and ``c1c``, ``c2c`` (the costs per speculative cycle: fixed, per sequence),
+        ``prefill_share`` (the drafter's prefill over the verifier's) and ``c1s`` (the
+        ``moe`` level's expert reads per pass at full coverage) where the fit has them.
 
         A unit (verifier, hardware, cell) the fit saw uses its draws; in the pooled
         structure an unseen cell of a fitted (verifier, hardware) gets the hierarchy's
@@ -60,6 +61,8 @@ class CoefficientDraws:
         for name in ("knee_tokens", "knee_at", "knee_excess", "knee_c2v"):
             if name in post:
                 data[name] = (("sample", "row"), post[name].values[:, group])
+        if "expert_cost" in post:  # moe: a verifier pass's expert reads at full coverage
+            data["c1s"] = (("sample", "row"), post["expert_cost"].values[:, group])
         if "cycle_overhead" in post:
             data["c1c"] = (("sample", "row"), self._cycle_overhead(rows, "cycle_overhead"))
         if "spec_seq_overhead" in post:

@@ -41,6 +41,7 @@ import pandas as pd
 
 from specbayes import laws
 from specbayes.data import SweepTable
+from specbayes.model_next.experts import expert_ratios
 from specbayes.model_next.priors import COEFS, VERIFIER_COEFS
 
 #: Coefficients with a cell trend (docs/model.md §6) and their covariate: prefill tokens ``p``
@@ -48,6 +49,10 @@ from specbayes.model_next.priors import COEFS, VERIFIER_COEFS
 TRENDED = {"c1p": "prefill", "c2p": "prefill", "c2v": "kv", "c2d": "kv"}
 
 STRUCTURES = ("anchored", "pooled")
+
+#: Model levels: the latency law of dense rows, the SD cycle decomposition over all rows, and
+#: that with the MoE expert coverage (:mod:`specbayes.model_next.experts`).
+LEVELS = ("dense", "sd", "moe")
 
 
 @dataclass(frozen=True)
@@ -148,14 +153,19 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
     ----------
     table : SweepTable
         From :func:`specbayes.data.validate_sweeps`.
-    level : {"dense", "sd"}
-        ``dense`` keeps the k = 0 rows only.
+    level : {"dense", "sd", "moe"}
+        ``dense`` keeps the k = 0 rows only; ``moe`` is ``sd`` with the expert coverage
+        (:mod:`specbayes.model_next.experts`), pooled, of MoE verifiers only.
     structure : {"anchored", "pooled"}, optional
-        Forced structure; default :func:`choose_structure`.
+        Forced structure; default :func:`choose_structure` (``pooled`` for ``moe``: the
+        anchored structure derives the coefficients from the sweeps' costs and has no place
+        for the expert reads).
     """
-    if level not in ("dense", "sd"):
-        raise ValueError(f"unknown model {level!r}: choose 'dense' or 'sd'")
-    data = table.data if level == "sd" else table.data[table.data["k"] == 0]
+    if level not in LEVELS:
+        raise ValueError(f"unknown model {level!r}: choose one of {', '.join(LEVELS)}")
+    if level == "moe" and structure == "anchored":
+        raise ValueError("the moe level is pooled: the anchored structure has no expert reads")
+    data = table.data if level != "dense" else table.data[table.data["k"] == 0]
     data = data.reset_index(drop=True)
     if "concurrency" not in data:
         data["concurrency"] = np.nan
@@ -168,6 +178,10 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
             "at least two loads per configuration"
         )
     sweeps = _sweep_frame(data)
+    extra = {}
+    if level == "moe":
+        extra["expert_ratio"] = expert_ratios(data, sweeps["verifier"].to_numpy())
+        structure = "pooled"
     structure = structure or choose_structure(sweeps)
     if structure not in STRUCTURES:
         raise ValueError(f"structure must be one of {STRUCTURES}; got {structure!r}")
@@ -200,8 +214,8 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
         "draft_group": drafts["groups"],
         "draft_latent": drafts["latent"],
         "cell": units,  # one unit per cell within a group; the label carries verifier|hw
-        "coef": list(COEFS if level == "sd" else VERIFIER_COEFS),
-        "coef_t": [c for c in TRENDED if level == "sd" or c in VERIFIER_COEFS],
+        "coef": list(COEFS if level != "dense" else VERIFIER_COEFS),
+        "coef_t": [c for c in TRENDED if level != "dense" or c in VERIFIER_COEFS],
         "coef_v": ["c1p", "c1v", "c2p", "c2v"],
         "coef_d": ["c1d", "c2d"],
         "cost": ["C1", "C2"],
@@ -231,7 +245,7 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
         draft_group_of=drafts["group_of"],
         log_count=log_count,
         count_ref=count_ref,
-        extra={"sweeps": sweeps, "sweep_latent": drafts["sweep_latent"]},
+        extra={"sweeps": sweeps, "sweep_latent": drafts["sweep_latent"], **extra},
     )
     if structure == "anchored":
         _check_anchored(design)

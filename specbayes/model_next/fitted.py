@@ -42,6 +42,7 @@ from specbayes import __version__, laws
 from specbayes.data import SweepTable, sweep_labels, validate_sweeps
 from specbayes.model_next.coefficient_draws import CoefficientDraws
 from specbayes.model_next.design import Design, build_design, configuration_key, log_counts
+from specbayes.model_next.experts import expert_ratios
 from specbayes.model_next.graph import build_model
 from specbayes.model_next.likelihood import (
     log_density,
@@ -88,7 +89,9 @@ def fit_next(
     ----------
     sweeps : DataFrame or SweepTable
         Validated here (unknown alpha allowed) when a raw frame is given.
-    level : {"sd", "dense"}
+    level : {"sd", "dense", "moe"}
+        ``moe``: ``sd`` with the expert coverage of MoE verifiers
+        (:mod:`specbayes.model_next.experts`).
     priors : dict, optional
         Overrides of :data:`specbayes.model_next.priors.DEFAULT_PRIORS`.
     seed : int
@@ -107,6 +110,11 @@ def fit_next(
     """
     options = check_options(sampler_options)
     metrics = check_metrics(metrics)
+    if metrics and level == "moe":
+        raise ValueError(
+            "metrics: the per-point metric models are on the dense and sd levels — their "
+            "TTFT and ITL do not yet see the expert coverage; fit the metrics with --model sd"
+        )
     t0 = time.perf_counter()
     table = prepare_table(sweeps, level)
     design = build_design(table, level, structure)
@@ -346,6 +354,10 @@ class NextFit(CoefficientDraws):
             knee = (np.full((n, len(rows)), np.inf), np.zeros((n, len(rows))))
             for part, name in zip(knee, ("knee_batch", "knee_slope"), strict=True):
                 part[:, seen] = post[name].values[:, sweep_of[seen]]
+        experts = None
+        if "expert_c1" in post:  # the moe level: expert reads per request at full coverage
+            experts = np.zeros((n, len(rows)))
+            experts[:, seen] = post["expert_c1"].values[:, sweep_of[seen]]
         new = rows[~seen]
         if len(new):
             coef = self.coefficients(new, seed)
@@ -354,6 +366,9 @@ class NextFit(CoefficientDraws):
             parts = [coef[c].values for c in COEFS]
             cycle = {c: coef[c].values for c in laws.SPECULATIVE_COSTS if c in coef}
             c1, c2 = laws.effective_costs(*parts, decode, alpha, k, **cycle)
+            if experts is not None:
+                passes = laws.verifier_passes(decode, alpha, k)
+                experts[:, ~seen] = passes * coef["c1s"].values
             n1, n2 = self._sweep_deviation(new, np.log(c2), measured, seed)
             log_c1[:, ~seen] = np.log(c1) + n1
             log_c2[:, ~seen] = np.log(c2) + n2
@@ -371,7 +386,10 @@ class NextFit(CoefficientDraws):
                     k,
                 )
                 knee[0][:, ~seen], knee[1][:, ~seen] = batch, slope
-        return log_c1, log_c2, c3, knee
+        if experts is not None:
+            ratio = expert_ratios(rows, rows["verifier"].to_numpy())
+            experts = (experts, ratio, rows["k"].to_numpy(float))
+        return log_c1, log_c2, c3, knee, experts
 
     def _sweep_deviation(self, new: pd.DataFrame, loc2, measured: bool, seed: int | None):
         """Deviations of unseen configurations from the decomposition, one per configuration:
@@ -401,15 +419,18 @@ class NextFit(CoefficientDraws):
         """Per row: ``rows`` (completed), ``log_c1``, ``log_c2``, ``mu`` (sample, row; ``mu``
         ``inf`` past the wall), ``load`` and ``closed``."""
         rows = self._rows(rows)
-        log_c1, log_c2, c3, knee = self._row_costs(rows, measured, seed)
+        log_c1, log_c2, c3, knee, experts = self._row_costs(rows, measured, seed)
         closed = rows["concurrency"].notna().to_numpy()
         if "rps" not in rows and not closed.all():
             raise ValueError("rows need rps (open loop) or concurrency (closed loop)")
         load = np.where(closed, rows["concurrency"], rows.get("rps", np.nan)).astype(float)
         with np.errstate(all="ignore"):
-            mu = log_mean_latency(log_c1, log_c2, load, closed, c3, knee=knee)
-            # the noise grows with the utilisation of the law without the knee (graph.py)
-            scale_mu = mu if knee is None else log_mean_latency(log_c1, log_c2, load, closed, c3)
+            mu = log_mean_latency(log_c1, log_c2, load, closed, c3, knee=knee, experts=experts)
+            # the noise grows with the utilisation of the law without the knee or the expert
+            # coverage (graph.py)
+            scale_mu = mu
+            if knee is not None or experts is not None:
+                scale_mu = log_mean_latency(log_c1, log_c2, load, closed, c3)
         mu = np.where(np.isnan(mu), np.inf, mu)  # past the wall: unbounded
         return dict(
             rows=rows, log_c1=log_c1, log_c2=log_c2, mu=mu, scale_mu=scale_mu, load=load,

@@ -37,6 +37,7 @@ import pytensor.tensor as pt
 
 from specbayes import laws
 from specbayes.model_next.design import Design
+from specbayes.model_next.experts import expert_costs
 from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
 from specbayes.model_next.levels import below_wall, c1_deviations, sweep_level
 from specbayes.model_next.likelihood import (
@@ -113,29 +114,38 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         c3_row = 0.0 if c3 is None else c3[sweep]
         knee = sweep_knee(design, pr, split[3], split[4])
         knee_row = None if knee is None else (knee[0][sweep], knee[1][sweep])
+        # the moe level: each pass's expert reads at the coverage of the tokens it routes
+        experts = _experts(design, pr, split[3], c3, knee)
 
         # likelihood: the latency law, multiplicative noise of scale sigma (1 - x)^-growth with
         # sigma^2 ~ IG(a, b) integrated out (drawn from its exact conditional after sampling)
         mu = pm.Deterministic(
             "mu",
             log_mean_latency(
-                log_c1[sweep], log_c2[sweep], load, closed, c3_row, softness, knee=knee_row
+                log_c1[sweep],
+                log_c2[sweep],
+                load,
+                closed,
+                c3_row,
+                softness,
+                knee=knee_row,
+                experts=experts,
             ),
             dims="obs",
         )
         growth = pm.HalfNormal("noise_growth", **pr["noise_growth"], **_growth_axis(design))
         # the noise grows with the utilisation of the law without the knee: a row placed past
         # the knee's wall must not buy itself a wide noise (the law's own wall is a prior
-        # bound, the knee's is not)
+        # bound, the knee's is not); nor with the expert coverage, which is no queue
         scale_mu = mu
-        if knee is not None:
+        if knee is not None or experts is not None:
             scale_mu = pm.Deterministic(
                 "noise_mu",
                 log_mean_latency(log_c1[sweep], log_c2[sweep], load, closed, c3_row, softness),
                 dims="obs",
             )
         a, b = (pt.as_tensor(np.float64(pr["noise"][p])) for p in ("alpha", "beta"))
-        if COMPILED_ROWS and c3 is None and knee is None:
+        if COMPILED_ROWS and c3 is None and knee is None and experts is None:
             # the law alone: the same density in one compiled pass over the rows (rows.py)
             rows = dict(sweep=sweep, load=load, closed=closed)
             data = dict(sweep=design.obs_sweep, load=design.load, closed=design.obs_closed)
@@ -153,6 +163,18 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         if metrics:
             metric_likelihood(design, pr, check_metrics(metrics), log_c1, log_c2, mu)
     return model
+
+
+def _experts(design: Design, pr: dict, passes, c3, knee):
+    """The rows' ``experts`` argument of :func:`log_mean_latency` on the ``moe`` level
+    (:func:`~specbayes.model_next.experts.expert_costs`), else ``None``."""
+    if design.level != "moe":
+        return None
+    if c3 is not None or knee is not None:
+        raise ValueError("the moe level has no batch curvature or knee: drop those priors")
+    sweep = design.obs_sweep
+    c1s = expert_costs(design, pr, passes)
+    return c1s[sweep], design.extra["expert_ratio"][sweep], design.k[sweep]
 
 
 def _growth_axis(design: Design) -> dict:
@@ -423,7 +445,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     )  # fmt: skip
     c_v = pt.exp(log_cv)[design.sweep_unit]
     c_d = pt.zeros((len(design.k), 2))
-    if design.coords["draft_unit"] and design.level == "sd":
+    if design.coords["draft_unit"] and design.level != "dense":
         mu_d = _drafter_levels(design, pr, mu_v, *prior["drafter"])
         log_cd = pm.Deterministic(
             "log_coef_draft",
@@ -499,7 +521,7 @@ def _spec_seq_overhead(design: Design, pr: dict, trend: np.ndarray, centre: np.n
     """
     if pr.get("spec_seq_overhead") is None or not design.coords["draft_unit"]:
         return 0.0
-    if design.level != "sd":  # dense sweeps pay no speculative cycle
+    if design.level == "dense":  # dense sweeps pay no speculative cycle
         return 0.0
     groups, loc, scale = spec_seq_prior(design, pr, centre)
     if not groups:
@@ -522,7 +544,7 @@ def _drafter_prefill(design: Design, pr: dict, centre: np.ndarray):
     """
     if pr.get("drafter_prefill") is None or not design.coords["draft_unit"]:
         return 0.0
-    if design.level != "sd":
+    if design.level == "dense":
         return 0.0
     groups, loc, scale = drafter_prefill_prior(design, pr, centre)
     if not groups:
@@ -566,7 +588,7 @@ def _cycle_overhead(design: Design, pr: dict):
     linear above :math:`m` and logarithmic below it, where the prior's own tail decides.
     """
     prior = pr.get("cycle_overhead")
-    if prior is None or not design.coords["draft_unit"] or design.level != "sd":
+    if prior is None or not design.coords["draft_unit"] or design.level == "dense":
         return 0.0
     axis = SoftplusTransform(np.exp(np.asarray(prior["mu"], float)))
     c1c = pm.LogNormal("cycle_overhead", **prior, dims="draft_group", default_transform=axis)

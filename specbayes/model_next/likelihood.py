@@ -26,6 +26,7 @@ def log_mean_latency(
     wall_softness: float = 0.0,
     *,
     knee: tuple[Any, Any] | None = None,
+    experts: tuple[Any, Any, Any] | None = None,
 ) -> Any:
     r""":math:`\mu = \log C_1 - \log h(C_1, C_2, C_3; \lambda \text{ or } N)` per row.
 
@@ -43,12 +44,40 @@ def log_mean_latency(
         The model graph's soft curved wall (:func:`specbayes.laws.log_headroom`).
     knee : (batch, slope), optional
         The row's knee instead of a curvature (:func:`specbayes.laws.knee_latency`).
+    experts : (c1s, ratio, k), optional
+        The ``moe`` level (:mod:`specbayes.model_next.experts`): the row's expert reads per
+        request at full coverage :math:`C_{1s}`, :math:`m/M` and k. Then :math:`\mu` is the
+        log of the least fixed point :math:`L = (C_1 + \varphi(\lambda L(k+1))\,C_{1s})/
+        (1 - \lambda C_2)` (:func:`specbayes.laws.moe_fixed_cost_latency`: Lambert's W for
+        NumPy, Newton and the implicit-function gradient in a graph) or, closed loop,
+        :math:`L = C_1 + N C_2 + \varphi(N(k+1))\,C_{1s}`. Not with ``c3`` or ``knee``.
     """
     xp_exp = np.exp if isinstance(log_c1, np.ndarray) else _pt_exp
     c1, c2 = xp_exp(log_c1), xp_exp(log_c2)
+    if experts is not None:
+        return _log_moe_latency(c1, c2, load, closed, *experts)
     return log_c1 - laws.log_headroom(
         c1, c2, load, load, closed, c3, knee=knee, wall_softness=wall_softness
     )
+
+
+def _log_moe_latency(c1: Any, c2: Any, load: Any, closed: Any, c1s: Any, ratio: Any, k: Any):
+    """:func:`log_mean_latency` of the ``moe`` level (its docstring)."""
+    numpy = isinstance(c1, np.ndarray)
+    if numpy:
+        where, log = np.where, np.log
+    else:
+        import pytensor.tensor as pt
+
+        where, log = pt.where, pt.log
+    # an open-loop row's rate; 0 on closed-loop rows, whose branch below is explicit
+    rps = where(closed, 0.0, load)
+    with np.errstate(all="ignore"):
+        open_loop = laws.moe_fixed_cost_latency(rps, c1, c1s, c2, ratio, 1.0, k)
+        streams = where(closed, load, 0.0)
+        covered = laws.expert_coverage(streams * (k + 1.0), ratio, 1.0)
+        closed_loop = c1 + streams * c2 + covered * c1s
+        return log(where(closed, closed_loop, open_loop))
 
 
 def _pt_exp(x: Any) -> Any:

@@ -233,31 +233,37 @@ def _pass(geom: catalog.Geometry, hw: catalog.HardwareSpec, tp: int) -> _Pass:
     )
 
 
-def _verifier_centres(v: _Pass, p: float, s: float) -> dict[str, float]:
-    """``c1p, c1v, c2p, c2v`` of a verifier at prompt ``p`` and mean context ``s``."""
+def _verifier_centres(v: _Pass, p: float, s: float, coverage: bool) -> dict[str, float]:
+    """``c1p, c1v, c2p, c2v`` of a verifier at prompt ``p`` and mean context ``s`` (and
+    ``c1s`` with ``coverage``: the experts' tangent leaves ``c1v, c2v`` for :math:`c_{1s}`)."""
     per_seq = v.kv_read_s(s) + v.delta_s(s) + SEQ_S
     prompt = v.prompt_s(p)
     if p > CUDA_GRAPH_TOKENS:  # the prefill step runs without a CUDA graph
         prompt += v.layers * EAGER_LAYER_S
-    e0, e1 = v.expert_tangent(MOE_REFERENCE_TOKENS)
+    e0, e1 = (0.0, 0.0) if coverage else v.expert_tangent(MOE_REFERENCE_TOKENS)
     batch1 = v.experts_s(p) - v.experts_per_tok * v.expert_s  # experts beyond a decode step's
     loaded = v.experts_s(MOE_REFERENCE_TOKENS + p) - v.experts_s(MOE_REFERENCE_TOKENS)
-    return {
+    out = {
         "c1p": prompt + max(batch1, 0.0),
         "c1v": v.weight_s + STEP_S + e0 + e1 + per_seq,
         "c2p": prompt + loaded,
         "c2v": per_seq + e1,
     }
+    if coverage:
+        out["c1s"] = v.experts_s(math.inf)  # every expert of every layer: phi = 1
+    return out
 
 
 def _drafter_centres(
-    v: _Pass, d: _Pass, s: float, k: int, parallel: bool, graph: bool
+    v: _Pass, d: _Pass, s: float, k: int, parallel: bool, graph: bool, coverage: bool
 ) -> dict[str, float]:
     """``c1d, c2d``: one draft token at batch 1 and per extra sequence (module docstring)."""
     verified = v.delta_s(s)
     # MoE: at batch 1 the k extra verified tokens route to new experts; under load they land
-    # on experts the step's B (k + 1) routed tokens already touch (nothing more for c2d)
-    verified_1 = verified + (v.experts_s(k + 1.0) - v.experts_s(1.0)) / k
+    # on experts the step's B (k + 1) routed tokens already touch (nothing more for c2d).
+    # With ``coverage`` the coverage of the B (k + 1) tokens is c1s's, not c1d's.
+    new_experts = 0.0 if coverage else (v.experts_s(k + 1.0) - v.experts_s(1.0)) / k
+    verified_1 = verified + new_experts
     fixed = d.weight_s + DRAFT_STEP_S + (0.0 if graph else d.layers * EAGER_LAYER_S)
     if not parallel:
         per_seq = d.kv_read_s(s) + d.delta_s(s) + DRAFT_SEQ_S
@@ -302,6 +308,7 @@ def roofline_centres(
     tp: int = 1,
     k: int | None = None,
     request_s: float = 0.0,
+    coverage: bool = False,
 ) -> dict[str, float] | None:
     r"""Roofline magnitudes of the cycle coefficients of one (verifier, drafter, GPU, cell).
 
@@ -329,14 +336,18 @@ def roofline_centres(
         B200 vLLM sweeps (``data/real``) imply about 0.022 s: their TTFT less one ITL grows by
         the roofline's prefill compute per prompt token but starts ~22 ms above it
         (``benchmarks/roofline_priors.md``).
+    coverage : bool
+        The centres of the ``moe`` level (docs/model.md §5): a verifier pass's expert reads
+        are :math:`\varphi(T)\,c_{1s}` of the tokens it routes, so ``c1v, c2v, c1d`` carry no
+        expert tangent and ``c1s`` (every expert of every layer, read once) is returned too.
 
     Returns
     -------
     dict or None
-        Seconds (``c2*``: seconds per concurrent request) keyed ``c1p, c1v, c2p, c2v`` and,
-        when the drafter is in the catalog, ``c1d, c2d``. ``None`` when the verifier or the
-        hardware is not in the catalog — the caller keeps its generic centre. The formulas
-        and their assumptions are in the module docstring.
+        Seconds (``c2*``: seconds per concurrent request) keyed ``c1p, c1v, c2p, c2v`` (and
+        ``c1s`` with ``coverage``) and, when the drafter is in the catalog, ``c1d, c2d``.
+        ``None`` when the verifier or the hardware is not in the catalog — the caller keeps
+        its generic centre. The formulas and their assumptions are in the module docstring.
 
     Raises
     ------
@@ -356,7 +367,7 @@ def roofline_centres(
         return None
     v = _pass(model.geometry(), hw, int(tp))
     s = float(prefill) + 0.5 * float(decode)
-    out = _verifier_centres(v, float(prefill), s)
+    out = _verifier_centres(v, float(prefill), s, coverage)
     out["c1p"] += float(request_s)
     if drafter is None or drafter.strip().lower() == "none":
         return out
@@ -370,8 +381,9 @@ def roofline_centres(
             "so its cost per draft token depends on k — pass k="
         )
     d = _pass(spec.geometry(), hw, int(tp))
-    out.update(_drafter_centres(v, d, s, int(k or 1), parallel, graph))
-    return {c: float(out[c]) for c in ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d") if c in out}
+    out.update(_drafter_centres(v, d, s, int(k or 1), parallel, graph, coverage))
+    names = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d", "c1s")
+    return {c: float(out[c]) for c in names if c in out}
 
 
 #: Compute time of a decode token's weight GEMMs relative to a prefill token's (ASSUMPTION,

@@ -291,6 +291,9 @@ DEFAULT_PRIORS: dict[str, dict] = {
     },
     # where the catalog knows the verifier and GPU: its roofline magnitudes, this log sd
     "coef_mu_roofline_sigma": 1.0,
+    # moe: a verifier pass's expert reads at full coverage c1s (s), where the catalog does
+    # not know the verifier or GPU (model_next/experts.py)
+    "expert_cost": {"mu": np.log(0.01), "sigma": 2.0},
     # a drafter the catalog does not know: its costs relative to the verifier's
     "drafter_ratio": None,
     "c1p_tie": 0.5,
@@ -449,7 +452,10 @@ def _roofline(design, sweeps, drafter, p_star: float, g_star: float) -> dict | N
     from specbayes.model_next.physics import roofline_centres
 
     verifier, hardware, tp, k = _setting(design, sweeps)
-    return roofline_centres(verifier, hardware, drafter, p_star, g_star, tp=tp, k=k)
+    coverage = design.level == "moe"  # the experts' tangent is the coverage's c1s there
+    return roofline_centres(
+        verifier, hardware, drafter, p_star, g_star, tp=tp, k=k, coverage=coverage
+    )
 
 
 def _draft_sweeps(sweeps, label: str):

@@ -1,0 +1,170 @@
+"""The ``moe`` level of the default core (``specbayes.model_next.experts``), without sampling.
+
+The expert coverage's mean latency is one function for graph and prediction and equals
+:mod:`specbayes.laws`' fixed point; the design refuses what the level cannot fit, in one line;
+the model samples from a proper prior around the roofline's expert reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+from specbayes import laws
+from specbayes.data import validate_sweeps
+from specbayes.model_next import build_design, build_model
+from specbayes.model_next.experts import expert_counts, expert_ratios
+from specbayes.model_next.likelihood import log_mean_latency
+from specbayes.model_next.physics import roofline_centres
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def moe_rows() -> pd.DataFrame:
+    """Two cells of one MoE verifier on one GPU from the bundled paper set (both loops)."""
+    df = pd.read_parquet(REPO / "data/paper.parquet")
+    keep = (
+        (df["verifier"] == "Qwen3-30B-A3B")
+        & (df["hardware"] == "H100-SXM")
+        & df["cell"].isin(["256x256", "1024x1024"])
+        & df["k"].isin([0, 2, 4])
+    )
+    return df[keep].reset_index(drop=True)
+
+
+def _law_inputs(n: int = 40, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    c2 = rng.uniform(1e-3, 5e-3, n)
+    closed = rng.random(n) < 0.3
+    rps = rng.uniform(0.05, 0.95, n) / c2  # below the wall 1/C2
+    load = np.where(closed, rng.integers(1, 128, n), rps).astype(float)
+    return dict(
+        log_c1=np.log(rng.uniform(0.5, 5.0, n)),
+        log_c2=np.log(c2),
+        load=load,
+        closed=closed,
+        c1s=rng.uniform(0.1, 3.0, n),
+        ratio=rng.choice([8 / 128, 4 / 32, 8 / 160], n),
+        k=rng.integers(0, 6, n).astype(float),
+    )
+
+
+def test_moe_mean_latency_is_the_laws_fixed_point():
+    x = _law_inputs()
+    experts = (x["c1s"], x["ratio"], x["k"])
+    mu = log_mean_latency(x["log_c1"], x["log_c2"], x["load"], x["closed"], experts=experts)
+    c1, c2 = np.exp(x["log_c1"]), np.exp(x["log_c2"])
+    o = ~x["closed"]
+    open_loop = laws.moe_latency(x["load"][o], c1[o], x["c1s"][o], c2[o], 0.0, x["ratio"][o], 1.0,
+                                 x["k"][o])  # fmt: skip
+    np.testing.assert_allclose(mu[o], np.log(open_loop), rtol=1e-10)
+    # the fixed point: L = (C1 + phi(lambda L (k + 1)) C1s) / (1 - lambda C2)
+    lat = np.exp(mu[o])
+    phi = laws.expert_coverage(x["load"][o] * lat * (x["k"][o] + 1), x["ratio"][o], 1.0)
+    np.testing.assert_allclose(lat, (c1[o] + phi * x["c1s"][o]) / (1 - x["load"][o] * c2[o]),
+                               rtol=1e-9)  # fmt: skip
+    c = x["closed"]
+    n = x["load"][c]
+    phi_c = laws.expert_coverage(n * (x["k"][c] + 1), x["ratio"][c], 1.0)
+    np.testing.assert_allclose(np.exp(mu[c]), c1[c] + n * c2[c] + phi_c * x["c1s"][c], rtol=1e-12)
+    # more expert reads, a longer latency; none, the law alone
+    bare = log_mean_latency(x["log_c1"], x["log_c2"], x["load"], x["closed"])
+    assert np.all(mu > bare)
+    zero = (np.zeros_like(x["c1s"]), x["ratio"], x["k"])
+    np.testing.assert_allclose(
+        log_mean_latency(x["log_c1"], x["log_c2"], x["load"], x["closed"], experts=zero), bare,
+        rtol=1e-12,
+    )  # fmt: skip
+
+
+def test_moe_mean_latency_graph_equals_numpy_with_the_implicit_gradient():
+    x = _law_inputs(seed=1)
+    log_c1 = pt.dvector("log_c1")
+    c1s = pt.dvector("c1s")
+    mu = log_mean_latency(log_c1, pt.as_tensor(x["log_c2"]), x["load"], x["closed"],
+                          experts=(c1s, x["ratio"], x["k"]))  # fmt: skip
+    f = pytensor.function([log_c1, c1s], [mu, pytensor.grad(mu.sum(), c1s)])
+    value, grad = f(x["log_c1"], x["c1s"])
+    experts = (x["c1s"], x["ratio"], x["k"])
+    want = log_mean_latency(x["log_c1"], x["log_c2"], x["load"], x["closed"], experts=experts)
+    np.testing.assert_allclose(value, want, rtol=1e-9)
+    step = 1e-6 * x["c1s"]
+    up = log_mean_latency(x["log_c1"], x["log_c2"], x["load"], x["closed"],
+                          experts=(x["c1s"] + step, x["ratio"], x["k"]))  # fmt: skip
+    np.testing.assert_allclose(grad, (up - want) / step, rtol=1e-4, atol=1e-8)
+
+
+def test_expert_counts_come_from_the_rows_then_the_catalog():
+    assert expert_counts("Qwen3-30B-A3B", pd.DataFrame()) == (8.0, 128.0)
+    given = pd.DataFrame({"experts_per_token": [2], "num_experts": [8]})
+    assert expert_counts("my-moe", given) == (2.0, 8.0)
+    assert expert_counts("Qwen3-8B", pd.DataFrame()) is None
+    with pytest.raises(ValueError, match=r"mixture-of-experts verifiers only: Qwen3-8B has"):
+        expert_ratios(pd.DataFrame({"verifier": ["Qwen3-8B"]}), np.array(["Qwen3-8B"]))
+
+
+def test_moe_design_is_pooled_with_expert_ratios(moe_rows):
+    design = build_design(validate_sweeps(moe_rows), "moe")
+    assert design.level == "moe" and design.structure == "pooled"
+    np.testing.assert_allclose(design.extra["expert_ratio"], 8 / 128)
+    assert len(design.extra["expert_ratio"]) == len(design.coords["sweep"])
+    with pytest.raises(ValueError, match="moe level is pooled"):
+        build_design(validate_sweeps(moe_rows), "moe", structure="anchored")
+    dense = pd.read_parquet(REPO / "data/demo.parquet").head(40)
+    with pytest.raises(ValueError, match="mixture-of-experts verifiers only"):
+        build_design(validate_sweeps(dense), "moe")
+
+
+def test_moe_roofline_centres_move_the_expert_tangent_to_c1s():
+    sd = roofline_centres("Qwen3-30B-A3B", "H100-SXM", None, 512, 256)
+    moe = roofline_centres("Qwen3-30B-A3B", "H100-SXM", None, 512, 256, coverage=True)
+    assert "c1s" not in sd
+    # every expert of 48 layers, bf16, over the H100's sustained bandwidth: ~20 ms
+    assert 0.01 < moe["c1s"] < 0.04
+    assert moe["c1v"] < sd["c1v"] and moe["c2v"] < sd["c2v"]
+    assert moe["c1p"] == sd["c1p"] and moe["c2p"] == sd["c2p"]
+    dense = roofline_centres("Qwen3-8B", "H100-SXM", None, 512, 256, coverage=True)
+    assert dense["c1s"] == 0.0
+
+
+def test_moe_model_has_a_proper_prior_and_a_finite_density(moe_rows):
+    design = build_design(validate_sweeps(moe_rows), "moe")
+    model = build_model(design)
+    assert "expert_cost" in model.named_vars and "noise_mu" in model.named_vars
+    assert model.named_vars_to_dims["expert_c1"] == ("sweep",)
+    point = model.initial_point()
+    assert np.isfinite(model.compile_logp()(point))
+    assert np.all(np.isfinite(model.compile_dlogp()(point)))
+    prior = pm.sample_prior_predictive(20, model=model, random_seed=3)
+    assert np.all(np.isfinite(prior.prior_predictive["log_latency"].values))
+    # the expert read's prior sits at the roofline's full-coverage read
+    c1s = roofline_centres("Qwen3-30B-A3B", "H100-SXM", None, 512, 256, coverage=True)["c1s"]
+    draws = prior.prior["expert_cost"].values.ravel()
+    assert abs(np.median(np.log(draws)) - np.log(c1s)) < 0.8
+    with pytest.raises(ValueError, match="no batch curvature or knee"):
+        build_model(design, {"inverse_knee": {"mu": 0.0, "sigma": 1.0}})
+
+
+def test_fixed_cost_moe_latency_closed_form_and_graph_agree_over_a_wide_range():
+    """Lambert's W (NumPy) and the graph's Newton steps give the least fixed point of
+    :func:`laws.moe_latency` with ``c2s = 0``, from idle to 99.9 % of the wall."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    c2 = rng.uniform(1e-4, 1e-2, n)
+    rps = rng.uniform(0.0, 0.999, n) / c2
+    c1, c1s = 10 ** rng.uniform(-3, 1, n), 10 ** rng.uniform(-3, 1.5, n)
+    ratio, k = rng.choice([8 / 128, 4 / 32, 2 / 8], n), rng.integers(0, 11, n)
+    want = laws.moe_latency(rps, c1, c1s, c2, 0.0, ratio, 1.0, k)
+    closed_form = laws.moe_fixed_cost_latency(rps, c1, c1s, c2, ratio, 1.0, k)
+    np.testing.assert_allclose(closed_form, want, rtol=1e-9)
+    x = pt.dvector("c1")
+    graph = pytensor.function([x], laws.moe_fixed_cost_latency(rps, x, c1s, c2, ratio, 1.0, k))
+    np.testing.assert_allclose(graph(c1), want, rtol=1e-9)
+    assert np.isinf(laws.moe_fixed_cost_latency(2.0, 0.1, 0.1, 0.5, 0.1, 1.0, 1))
