@@ -42,11 +42,7 @@ import pandas as pd
 from specbayes import laws
 from specbayes.data import SweepTable
 from specbayes.model_next.experts import expert_ratios
-from specbayes.model_next.priors import COEFS, VERIFIER_COEFS
-
-#: Coefficients with a cell trend (docs/model.md §6) and their covariate: prefill tokens ``p``
-#: or the time-averaged KV size ``p + g/2``; a log-log slope of 1 is "linear in".
-TRENDED = {"c1p": "prefill", "c2p": "prefill", "c2v": "kv", "c2d": "kv"}
+from specbayes.model_next.priors import COEFS, TRENDED, VERIFIER_COEFS
 
 STRUCTURES = ("anchored", "pooled")
 

@@ -231,6 +231,9 @@ import numpy as np
 
 #: The six cycle coefficients, in the order of :func:`specbayes.laws.effective_costs`.
 COEFS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
+#: Coefficients with a cell trend (docs/model.md §6) and their covariate: prefill tokens ``p``
+#: or the time-averaged KV size ``p + g/2``; a log-log slope of 1 is "linear in".
+TRENDED = {"c1p": "prefill", "c2p": "prefill", "c2v": "kv", "c2d": "kv"}
 VERIFIER_COEFS = ("c1p", "c1v", "c2p", "c2v")
 DRAFTER_COEFS = ("c1d", "c2d")
 
@@ -392,8 +395,6 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
 def centre_cell(design, centre: np.ndarray) -> tuple[float, float]:
     r"""The cell :math:`(p^*, g^*)` the group levels stand for: the trend's centre,
     :math:`p^* = e^{\bar{\log p}}`, :math:`g^* = 2(e^{\overline{\log(p + g/2)}} - p^*)`."""
-    from specbayes.model_next.design import TRENDED
-
     coefs = design.coords["coef"]
     by_kind = {TRENDED.get(c): centre[j] for j, c in enumerate(coefs) if c in TRENDED}
     p_star = float(np.exp(by_kind.get("prefill", np.log(512.0))))
