@@ -37,9 +37,9 @@ DEMO_ARM = plan.Arm(
 )  # fmt: skip
 
 
-def mock_fit(table: SweepTable, draws: int = 40, seed: int = 5) -> NextFit:
+def mock_fit(table: SweepTable, draws: int = 40, seed: int = 5, level: str = "sd") -> NextFit:
     """A NextFit whose 'posterior' is prior draws (2 chains), with sigma drawn as after NUTS."""
-    design = build_design(table)
+    design = build_design(table, level)
     model = build_model(design)
     prior = pm.sample_prior_predictive(2 * draws, model=model, random_seed=seed).prior
     post = xr.Dataset(
@@ -54,7 +54,7 @@ def mock_fit(table: SweepTable, draws: int = 40, seed: int = 5) -> NextFit:
         sample_stats=xr.Dataset({"diverging": (("chain", "draw"), np.zeros((2, draws), bool))})
     )
     add_collapsed(idata, model, seed)
-    config = {"level": "sd", "structure": design.structure, "priors": stored_priors(None)}
+    config = {"level": level, "structure": design.structure, "priors": stored_priors(None)}
     config["sampler_config"] = {"seed": seed}
     fit = NextFit(idata, design, excluded=table.excluded, config=config, model=model)
     fit._attach_groups()
@@ -85,7 +85,21 @@ def two_drafters():
     return mock_fit(validate_sweeps(df, allow_unknown_alpha=True))
 
 
-@pytest.mark.parametrize("name", ["pooled", "anchored", "two_drafters"])
+@pytest.fixture(scope="module")
+def moe():
+    """Two cells of an MoE verifier from the bundled paper set, on the ``moe`` level."""
+    df = pd.read_parquet(REPO / "data/paper.parquet")
+    keep = (
+        (df["verifier"] == "Qwen3-30B-A3B")
+        & (df["hardware"] == "H100-SXM")
+        & df["cell"].isin(["256x256", "1024x1024"])
+        & df["k"].isin([0, 3])
+        & df["alpha"].fillna(0.8).round(2).isin([0.6, 0.8])
+    )
+    return mock_fit(validate_sweeps(df[keep].reset_index(drop=True)), level="moe")
+
+
+@pytest.mark.parametrize("name", ["pooled", "anchored", "two_drafters", "moe"])
 def test_one_density(name, request):
     """mean_latency and log_likelihood of the fitted rows are the graph's mu and the stored
     log_likelihood group, draw by draw; the predictive group is finite."""
@@ -98,6 +112,23 @@ def test_one_density(name, request):
     assert np.isfinite(ll).all()
     assert np.isfinite(fit.idata.posterior_predictive["log_latency"].values).all()
     az.loo(fit.idata)  # the artefact carries what ArviZ needs
+
+
+def test_moe_unseen_cell_reads_its_experts(moe):
+    """An unseen cell of the moe fit gets the group's expert reads ``c1s``; its latency is the
+    coverage law's, above the law without the experts and rising with load."""
+    rows = (
+        moe.data[(moe.data["k"] > 0) & moe.data["concurrency"].isna()]
+        .drop(columns=["sweep"])
+        .head(1)
+        .assign(prefill=512, decode=512, cell="512x512")
+    )
+    rows = pd.concat([rows.assign(rps=r) for r in (0.01, 0.5, 1.0)], ignore_index=True)
+    coefs = moe.coefficients(rows)
+    np.testing.assert_allclose(coefs["c1s"].values[:, 0], moe.idata.posterior["expert_cost"]
+                               .values.reshape(-1, 1)[:, 0])  # fmt: skip
+    lat = moe.mean_latency(rows).values
+    assert np.all(np.diff(np.where(np.isfinite(lat), lat, np.inf), axis=1) > 0)
 
 
 def test_unseen_cell_from_the_hierarchy(pooled):
