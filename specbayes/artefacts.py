@@ -205,17 +205,15 @@ def rename_sample_stats(idata) -> None:
         idata.sample_stats = stats.rename(names)
 
 
-#: Natural-scale variables (s, requests) added to the posterior -> the log they exponentiate.
+#: Natural-scale variables (s) added to the posterior -> the log they exponentiate.
 NATURAL_SCALE = {
     "coef_unit": "log_coef",
     "coef_draft_unit": "log_coef_draft",
-    "knee_verifier": "log_knee_verifier",
-    "knee_drafter": "log_knee_drafter",
 }
 
 
 def add_natural_scale(idata) -> None:
-    """Add the unit coefficients (s) and knee batches (requests) on their natural scale."""
+    """Add the unit coefficients (s) on their natural scale."""
     post = idata.posterior
     pairs = NATURAL_SCALE.items()
     new = {n: np.exp(post[log]) for n, log in pairs if log in post and n not in post}
