@@ -34,7 +34,6 @@ from specbayes import laws
 from specbayes.baseline import DENSE_TERMS, fit_configurations, fit_dense_trend
 from specbayes.data import validate_sweeps
 from specbayes.datasets import load_dataset
-from specbayes.model import _trend_value
 
 VERIFIERS = ["Qwen3-8B", "Qwen3-14B", "Qwen3-32B", "Llama-3.1-8B", "Llama-3.1-70B"]
 HARDWARE = ["H100-SXM", "A100-SXM-80GB"]
@@ -138,7 +137,8 @@ def part_form() -> None:
     n_v, n_g = len(VERIFIERS), len(VERIFIERS) * len(HARDWARE)
     lp = np.log(c.prefill.to_numpy() / 640)
     lg = np.log(c.decode.to_numpy())
-    lkv = _trend_value("kv", c.prefill.to_numpy(), c.decode.to_numpy()) - np.log(960.0)
+    # log of the mean KV length of a request, prefill + decode / 2 (the old core's kv trend)
+    lkv = np.log(c.prefill.to_numpy() + 0.5 * c.decode.to_numpy()) - np.log(960.0)
     y = np.log(c.c2.to_numpy())
     n_b = {"common": 1, "GPU + verifier": len(HARDWARE) + n_v - 1, "per group": n_g}
 

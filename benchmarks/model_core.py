@@ -161,7 +161,7 @@ def _demo_table():
 
 
 def run_demo(seeds: list[int], priors: dict, out: Path) -> None:
-    """The next core's fit of the demo (``fit(..., core="next")``) at each seed: health, LOO."""
+    """The default core's fit of the demo (``fit_next``) at each seed: health, LOO."""
     import arviz as az
 
     from specbayes.model_next.fitted import fit_next

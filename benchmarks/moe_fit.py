@@ -3,13 +3,14 @@
 Usage::
 
     .venv/bin/python benchmarks/moe_fit.py --verifiers gpt-oss-20b,Qwen3-30B-A3B,Qwen3-235B-A22B
-    .venv/bin/python benchmarks/moe_fit.py --verifiers gpt-oss-20b --start least_squares --write
+    .venv/bin/python benchmarks/moe_fit.py --verifiers gpt-oss-20b --write
 
 Per verifier: the rows of ``data/paper.parquet`` on H100-SXM, dense (k = 0) and SD rows at
 alpha 0.6 / 0.8 / 1.0 (~1,120 rows, ~1,008 fitted), ``fit(rows, model="moe")`` at the default
-sampler settings (4 chains × 1000 tune + 1500 draws, target_accept 0.98) with ``seed=0`` and
-the chosen ``start``. Prints the health numbers, the five worst-mixing variables and the mode
-search; ``--write`` appends the table to ``benchmarks/fit_speed.md``.
+core's one sampler configuration (``specbayes.model_next.sampling.SAMPLER_CONFIG``) with
+``seed=0``. Prints the health numbers and the five worst-mixing variables; ``--write`` appends
+the table to ``benchmarks/fit_speed.md``. (Its tables there before 2026-12-07 were measured
+on the old core, since removed, with its ``start`` setting.)
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ def rows_of(verifier: str):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verifiers", default="gpt-oss-20b,Qwen3-30B-A3B,Qwen3-235B-A22B")
-    parser.add_argument("--start", choices=("auto", "least_squares", "mode"), default="auto")
     parser.add_argument("--write", action="store_true", help="append to benchmarks/fit_speed.md")
     args = parser.parse_args()
 
@@ -51,17 +51,15 @@ def main() -> None:
     for verifier in args.verifiers.split(","):
         d = rows_of(verifier)
         t0 = time.perf_counter()
-        f = fit(d, model="moe", sampler_config={"seed": 0, "start": args.start}, progress=False)
+        f = fit(d, model="moe", sampler_config={"seed": 0}, progress=False)
         wall = time.perf_counter() - t0
         s = f.summary()
         worst = f.diagnostics().sort_values("ess_bulk").head(5)
         steps = float(f.idata.sample_stats["n_steps"].mean())
-        search = f.config["mode_search"]
         print(verifier, s, f"wall {wall:.1f} s, {steps:.1f} steps/draw")
         print(worst[["ess_bulk", "ess_tail", "r_hat"]])
-        print("mode search:", search)
         lines.append(
-            f"| {verifier} | {s['rows']} | {f.config['sampler_config']['start']} | "
+            f"| {verifier} | {s['rows']} | {f.config['structure']} | "
             f"{s['divergences']} | {s['max_r_hat']:.2f} | {s['min_ess_bulk']:.0f} | "
             f"{s['min_ess_tail']:.0f} | {worst.index[0]} | {steps:.1f} | {wall:.1f} | "
             f"{'**yes**' if s['healthy'] else 'no'} |"
@@ -71,9 +69,9 @@ def main() -> None:
         f"{os.cpu_count()} CPUs (shared), python {platform.python_version()}"
     )
     text = (
-        f"\n### {stamp} — `benchmarks/moe_fit.py --verifiers {args.verifiers} --start "
-        f"{args.start}` (model at {commit})\n\n"
-        "| verifier | fitted rows | start | divergences | max R-hat | min bulk ESS | "
+        f"\n### {stamp} — `benchmarks/moe_fit.py --verifiers {args.verifiers}` "
+        f"(model at {commit})\n\n"
+        "| verifier | fitted rows | structure | divergences | max R-hat | min bulk ESS | "
         "min tail ESS | worst | steps/draw | wall s | healthy |\n|"
         + "---|" * 11
         + "\n"

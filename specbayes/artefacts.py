@@ -2,7 +2,10 @@
 
 The fit artefact follows ArviZ's conventions (:func:`split_internal`,
 :func:`rename_sample_stats`, :func:`add_natural_scale`, :func:`stamp_groups`) and is written
-small (:func:`slim_fit_artefact`, :func:`write_fit_netcdf`). Every JSON file
+small (:func:`slim_fit_artefact`, :func:`write_fit_netcdf`); its tables (the fitted and the
+excluded rows) are stored by :func:`frame_to_dataset` and read back by
+:func:`dataset_to_frame`, its config by :func:`strict_json`, and a file that is not a
+readable fit raises :class:`FitFileError`. Every JSON file
 the package writes goes through :func:`dumps`: ``NaN`` and ``±Infinity`` are
 not JSON (``JSON.parse`` rejects them), so non-finite numbers become ``null`` and the
 document says what ``null`` means. Output folders are written through :func:`staged_dir`:
@@ -22,23 +25,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 __all__ = [
     "NATURAL_SCALE",
     "NULL_MEANS",
     "SAMPLE_STATS_NAMES",
+    "FitFileError",
     "add_natural_scale",
     "check_out_dir",
     "check_writable",
+    "dataset_to_frame",
     "dumps",
     "finish_fit_artefact",
+    "frame_to_dataset",
     "jsonable",
     "rename_sample_stats",
     "slim_fit_artefact",
     "split_internal",
     "staged_dir",
     "stamp_groups",
+    "strict_json",
     "write_fit_netcdf",
 ]
 
@@ -197,17 +205,15 @@ def rename_sample_stats(idata) -> None:
         idata.sample_stats = stats.rename(names)
 
 
-#: Natural-scale variables (s, requests) added to the posterior -> the log they exponentiate.
+#: Natural-scale variables (s) added to the posterior -> the log they exponentiate.
 NATURAL_SCALE = {
     "coef_unit": "log_coef",
     "coef_draft_unit": "log_coef_draft",
-    "knee_verifier": "log_knee_verifier",
-    "knee_drafter": "log_knee_drafter",
 }
 
 
 def add_natural_scale(idata) -> None:
-    """Add the unit coefficients (s) and knee batches (requests) on their natural scale."""
+    """Add the unit coefficients (s) on their natural scale."""
     post = idata.posterior
     pairs = NATURAL_SCALE.items()
     new = {n: np.exp(post[log]) for n, log in pairs if log in post and n not in post}
@@ -356,3 +362,58 @@ def write_fit_netcdf(idata, path: str | Path) -> Path:
         ds.to_netcdf(path, mode=mode, group=name, engine="h5netcdf", encoding=encoding)
         mode = "a"
     return path
+
+
+class FitFileError(ValueError):
+    """A file that is not a readable specbayes fit; the message names it and says why."""
+
+
+def strict_json(obj: Any) -> str:
+    """One line of JSON text with no ``NaN``/``Infinity`` (:func:`dumps`): a fit's config."""
+    return dumps(json.loads(json.dumps(obj, default=_json_default)), indent=None, note_nulls=False)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, tuple):
+        return list(o)
+    return str(o)
+
+
+def frame_to_dataset(df: pd.DataFrame, dim: str) -> xr.Dataset:
+    """A DataFrame as a netCDF-safe Dataset (text as fixed-width unicode, bools as int)."""
+    data = {}
+    for c in df.columns:
+        s = df[c]
+        if pd.api.types.is_bool_dtype(s):
+            data[c] = (dim, s.astype(int).to_numpy())
+        elif pd.api.types.is_numeric_dtype(s):
+            data[c] = (dim, s.to_numpy(dtype=float))
+        else:
+            vals = s.astype(object).where(s.notna(), "").astype(str).to_numpy().astype("U")
+            data[c] = (dim, vals)
+    ds = xr.Dataset(data, coords={dim: np.arange(len(df))})
+    ds.attrs["text_columns"] = json.dumps(
+        [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
+    )
+    ds.attrs["int_columns"] = json.dumps(
+        [c for c in df.columns if pd.api.types.is_integer_dtype(df[c])]
+    )
+    return ds
+
+
+def dataset_to_frame(ds: xr.Dataset, dim: str) -> pd.DataFrame:
+    """The DataFrame :func:`frame_to_dataset` stored (empty text back to NaN, ints as int)."""
+    text = json.loads(ds.attrs.get("text_columns", "[]"))
+    ints = json.loads(ds.attrs.get("int_columns", "[]"))
+    df = pd.DataFrame({c: ds[c].values for c in ds.data_vars})
+    for c in text:
+        if c in df:
+            df[c] = df[c].astype(str).astype(object).where(df[c].astype(str) != "", np.nan)
+    for c in ints:
+        if c in df:
+            df[c] = df[c].astype(int)
+    return df

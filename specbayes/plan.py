@@ -9,8 +9,8 @@ mean speedup is :math:`\mathbb{E}[L_\mathrm{dense}/L_\mathrm{sd}]`, not the rati
 latencies, and intervals are quantiles of draws, not formulas at posterior means.
 
 An *arm* is one server configuration on one workload — (verifier, hardware, drafter,
-prefill, decode) — for which the fit provides draws of the six cycle coefficients and the
-knee batches or knee in tokens per pass (``fit.coefficients``); alpha and k then give its
+prefill, decode) — for which the fit provides draws of the six cycle coefficients and, with
+a batch curvature, the knee in tokens per pass (``fit.coefficients``); alpha and k then give its
 effective :math:`(C_1, C_2, C_3)` — :math:`C_3` the batch curvature (:func:`curvature`; 0 for a
 fit of the paper's law),
 so every latency here is :func:`laws.latency` of the law the model was fitted with. A fit with
@@ -67,7 +67,7 @@ COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 #: Speculative costs beside them (laws.effective_costs): per cycle fixed and per sequence,
 #: and the drafter's prefill over the verifier's.
 CYCLE_COSTS = laws.SPECULATIVE_COSTS
-KNEES = ("knee_verifier", "knee_drafter", "knee_tokens")
+KNEES = ("knee_tokens",)
 #: The experimental knee's draws (``priors={"knee": ...}``), per row when the fit has them.
 KNEE_LAW = ("knee_at", "knee_excess", "knee_c2v")
 DEFAULT_KS: tuple[int, ...] = tuple(range(0, 11))
@@ -228,7 +228,7 @@ def _alpha_draws(fit: Any, arm: Arm, n: int, k: np.ndarray) -> np.ndarray:
 def _costs(
     fit: Any, coefs: dict[str, np.ndarray], arm: Arm, alpha: Any = None, k: Any = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
-    """:func:`laws.effective_costs`, :func:`laws.effective_curvature` and :func:`knee` over
+    """:func:`laws.effective_costs`, :func:`curvature` and :func:`knee` over
     coefficient draws, broadcasting alpha and k after them: ``(C1, C2, C3, knee)``."""
     n = coefs["c1p"].shape[0]
     k = np.asarray(arm.k if k is None else k)
@@ -265,24 +265,19 @@ def knee(coefs: dict, decode: Any, alpha: Any, k: Any) -> tuple[np.ndarray, np.n
 
 
 def curvature(coefs: dict, decode: Any, alpha: Any, k: Any) -> np.ndarray:
-    """The batch curvature :math:`C_3` of coefficient draws (``inf`` knees: none): the old
-    core's knees in requests (:func:`laws.effective_curvature`) or the default core's knee in
-    tokens per pass (:func:`laws.token_knee_curvature`)."""
+    """The batch curvature :math:`C_3` of coefficient draws: the knee in tokens per pass
+    (:func:`laws.token_knee_curvature`; an ``inf`` or absent knee: none)."""
     c = {name: coefs.get(name, np.inf) for name in ("c2p", "c2v", "c2d", *KNEES)}
-    requests = laws.effective_curvature(
-        c["c2p"], c["c2v"], c["c2d"], decode, alpha, k, c["knee_verifier"], c["knee_drafter"]
-    )
-    tokens = laws.token_knee_curvature(
+    return laws.token_knee_curvature(
         c["c2p"], c["c2v"], c["c2d"], decode, alpha, k, c["knee_tokens"]
     )
-    return requests + tokens
 
 
 def effective_cost_draws(
     fit: Any, arm: Arm, *, alpha: Any = None, k: Any = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
     r"""Draws of :math:`(C_1, C_2, C_3, \mathrm{knee})` of an arm via
-    :func:`laws.effective_costs`, :func:`laws.effective_curvature` (:math:`C_3`: the batch
+    :func:`laws.effective_costs`, :func:`curvature` (:math:`C_3`: the batch
     curvature) and :func:`knee` (``(batch, slope)`` draws of the experimental knee, ``None``
     for a fit without one: pass it on as ``knee=`` to the laws).
 

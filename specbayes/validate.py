@@ -290,7 +290,6 @@ def _run_fold(
     model: str,
     sampler_config: dict | None,
     methods: tuple,
-    core: str | None,
     priors: dict | None = None,
     metrics: tuple[str, ...] = (),
 ) -> tuple[list[dict], list[pd.DataFrame], pd.DataFrame]:
@@ -317,18 +316,16 @@ def _run_fold(
         )
     if "specbayes" in methods:
         from specbayes.fit import fit
-        from specbayes.model_next.fitted import NextFit
 
         t0 = time.perf_counter()
         result = fit(
             train, model=model, sampler_config=sampler_config, priors=priors, progress=False,
-            core=core, **({"metrics": metrics} if metrics else {}),
+            **({"metrics": metrics} if metrics else {}),
         )  # fmt: skip
-        # the next core conditions measured (kept, unsaturated) rows below their wall
-        kw = {"measured": True} if isinstance(result, NextFit) else {}
-        mu = result.mean_latency(test, **kw).values
-        pp = result.predict(test, **kw).values
-        ll = result.log_likelihood(test, **kw).values
+        # measured (kept, unsaturated) rows: conditioned below their configuration's wall
+        mu = result.mean_latency(test, measured=True).values
+        pp = result.predict(test, measured=True).values
+        ll = result.log_likelihood(test, measured=True).values
         scores = heldout_scores(test["latency"].to_numpy(), mu, pp, ll)
         preds.append(_predictions(fold, f"specbayes {model}", test, mu, pp))
         if metrics:
@@ -420,7 +417,6 @@ def leave_n_out(
     n_jobs: int | None = None,
     scheduler=None,
     progress: bool = False,
-    core: str | None = None,
     priors: dict | None = None,
     metrics: Sequence[str] | None = None,
 ) -> LeaveNOut:
@@ -453,14 +449,11 @@ def leave_n_out(
         depend on it.
     progress : bool
         Show a progress bar over folds (tqdm, on stderr), advanced as folds complete.
-    core : {"next", "legacy"}, optional
-        The model core (:func:`specbayes.fit.resolve_core`): every level runs on the default
-        core; ``"legacy"`` fits ``moe`` on the old one until it is deleted.
     priors : dict, optional
         Prior overrides of every fold's fit (e.g. the batch curvature,
         ``{"inverse_knee": KNEE_PRIOR}``).
     metrics : sequence of str, optional
-        Per-point metrics every fold's specbayes fit models too (default core only), scored
+        Per-point metrics every fold's specbayes fit models too, scored
         on the held-out rows per metric (``metric_folds``, ``metric_overall``).
     """
     from specbayes.model_next.metrics import check_metrics
@@ -498,7 +491,6 @@ def leave_n_out(
             model=model,
             sampler_config=sampler_config,
             methods=methods,
-            core=core,
             priors=priors,
             metrics=metrics,
         ),

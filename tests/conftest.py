@@ -43,7 +43,8 @@ TRUE_COEFS = dict(c1p=0.05, c1v=1.123e-3, c1d=2.25e-4, c2p=2.0e-3, c2v=6.6e-5, c
 
 
 class DrawsFit:
-    """A stand-in for :class:`specbayes.fit.Fit` holding fixed coefficient draws.
+    """A stand-in for a fit (:class:`specbayes.model_next.fitted.NextFit`) holding fixed
+    coefficient draws.
 
     Draws are log-normal around ``TRUE_COEFS`` (sd ``spread`` on the log scale), one set
     per verifier; the cell's decode length does not change the c-coefficients here.
@@ -110,27 +111,3 @@ def law_rows(fit: DrawsFit, alphas=(0.6, 0.8), ks=(0, 2, 6), decode=1024, n=9) -
                     )
                 )
     return pd.DataFrame(rows)
-
-
-def row_coefs_at(lm, values) -> dict:
-    """Per-row coefficients (prefill ones scaled by ``a_p``) and knees of ``lm``'s graph model
-    at ``values`` (one array per value variable, in ``model.value_vars`` order), in the
-    form :func:`specbayes.model.forward_numpy` takes; ``knee_drafter`` is ``inf`` on rows
-    without a drafter."""
-    import pytensor
-
-    m, d = lm.model, lm.design
-    names = ("log_coef", "log_coef_draft", "log_knee_verifier", "log_knee_drafter")
-    theta = pytensor.function(
-        m.value_vars, m.replace_rvs_by_values([m[n] for n in names]), on_unused_input="ignore"
-    )(*values)
-    r = d.rows
-    coef = {c: np.exp(theta[0][r["unit"], j]) for j, c in enumerate(d.base_coefs)}
-    coef["c1p"] *= r["a_p"]
-    coef["c2p"] *= r["a_p"]
-    for j, c in enumerate(d.draft_coefs):
-        coef[c] = np.where(r["dunit"] >= 0, np.exp(theta[1][np.maximum(r["dunit"], 0), j]), 0)
-    coef["knee_verifier"] = np.exp(theta[2][r["verifier_idx"], r["hardware_idx"]])
-    kd = np.exp(theta[3][np.maximum(r["drafter_idx"], 0), r["hardware_idx"]])
-    coef["knee_drafter"] = np.where(r["drafter_idx"] >= 0, kd, np.inf)
-    return coef

@@ -54,4 +54,3 @@ def test_fit_help_names_the_sampler_defaults():
         )
         assert f"(default: {SAMPLER_CONFIG[option]}" in help_text, option
     assert _flat(f"(default: {SAMPLER_DEFAULTS['seed']})") in text
-    assert _flat(f"{SAMPLER_DEFAULTS['draws']} with --core legacy") in text

@@ -319,16 +319,6 @@ def test_other_settings_sample_healthily(kind):
 
 
 @pytest.mark.slow
-def test_moe_level_on_the_old_core_samples_healthily():
-    """The moe level, on the old core until the default one has it (``core="legacy"``)."""
-    from specbayes.model import simulate_sweeps as simulate_legacy
-
-    df, _ = simulate_legacy(model="moe", seed=21)
-    s = fit(df, model="moe", progress=False, core="legacy").summary()
-    assert s["divergences"] == 0 and s["max_r_hat"] <= 1.01 and s["min_ess_bulk"] >= 400, s
-
-
-@pytest.mark.slow
 def test_recovery_coverage_over_seeds():
     rates = []
     for seed in (31, 32, 33, 34):

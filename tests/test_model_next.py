@@ -684,3 +684,12 @@ def test_scouting_keeps_the_start_when_no_chain_is_trapped():
     starts, info = sampling.scouted_starts(compiled, 1, config)
     assert info["scout_restarted"] == 0 and info["scout_s"] > 0
     assert starts is compiled.initial_point_func
+
+
+def test_single_load_level_per_configuration_is_one_clear_error(demo_subset):
+    """Without two loads per configuration C1 and C2 cannot be separated: one clear error
+    (ported from the old core's tests)."""
+    data = demo_subset.data
+    one = data.groupby(["verifier", "hardware", "cell", "drafter", "k"], dropna=False).head(1)
+    with pytest.raises(ValueError, match="single load level"):
+        build_design(validate_sweeps(one.reset_index(drop=True)))

@@ -267,6 +267,18 @@ def test_save_and_load(pooled, tmp_path, monkeypatch):
         load_fit(tmp_path / "old.nc")
 
 
+def test_an_artefact_of_the_removed_old_core_is_one_clear_error(pooled, tmp_path):
+    """A file the old model core wrote (its ``model_id``, e.g. ``specbayes.sd``, not the
+    default core's): one line saying so and how to refit, not a failure deep in the load."""
+    path = pooled.save(tmp_path / "fit.nc")
+    ds = az.from_netcdf(str(path))
+    ds.attrs["model_id"] = "specbayes.sd"
+    ds.to_netcdf(str(tmp_path / "old_core.nc"))
+    with pytest.raises(FitFileError, match="old model core, which was removed") as err:
+        load_fit(tmp_path / "old_core.nc")
+    assert "specbayes fit" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_saved_artefact_is_slim_and_answers(pooled, tmp_path):
     """The file keeps what the answers read exact, the rest float32, no per-row ``mu`` and a
     thinned predictive group; ArviZ's LOO and PPC, the health summary and the planner work on
@@ -319,7 +331,7 @@ def test_demo_fit_next_core():
     from specbayes.fit import fit
 
     table = validate_sweeps(pd.read_parquet(REPO / "data/demo.parquet"))
-    result = fit(table, "sd", core="next", progress=False)
+    result = fit(table, "sd", progress=False)
     s = result.summary()
     assert s["healthy"], s
     loo = az.loo(result.idata, pointwise=True)

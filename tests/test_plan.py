@@ -292,14 +292,10 @@ def test_measured_stream_range_is_where_both_arms_were_measured(draws_fit):
     assert np.isnan(plan.measured_stream_range(draws_fit, no_sd)).all()  # k = 3 never measured
 
 
-def test_curvature_of_either_core():
-    """plan.curvature: no knees, no curvature; the old core's knees in requests; the default
-    core's knee in tokens per pass (issue 43)."""
+def test_curvature_of_the_knee_in_tokens():
+    """plan.curvature: no knee, no curvature; a knee in tokens per pass (issue 43)."""
     c = {"c2p": np.array([0.004]), "c2v": np.array([2e-5]), "c2d": np.array([1e-6])}
     assert plan.curvature(c, 256.0, 0.7, 3) == pytest.approx(0.0)
     tokens = plan.curvature({**c, "knee_tokens": np.array([150.0])}, 256.0, 0.7, 3)
     expect = laws.token_knee_curvature(c["c2p"], c["c2v"], c["c2d"], 256.0, 0.7, 3, 150.0)
     np.testing.assert_allclose(tokens, expect)
-    requests = plan.curvature({**c, "knee_verifier": 40.0, "knee_drafter": 90.0}, 256.0, 0.7, 3)
-    expect = laws.effective_curvature(c["c2p"], c["c2v"], c["c2d"], 256.0, 0.7, 3, 40.0, 90.0)
-    np.testing.assert_allclose(requests, expect)

@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--draws",
         type=positive_int,
         default=None,
-        help="draws kept per chain (default: 1000; 1500 with --core legacy)",
+        help="draws kept per chain (default: 1000)",
     )
     p.add_argument(
         "--tune",
@@ -58,28 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--cores",
         type=positive_int,
         default=None,
-        help="cores running the chains (default: 2; with --core legacy: one per chain, up to "
-        "the CPUs)",
+        help="cores running the chains (default: 2)",
     )
     p.add_argument(
         "--sampler",
         choices=("nutpie", "numpyro"),
         default=None,
         help="nutpie (default), or NumPyro on JAX (pip install specbayes[jax])",
-    )
-    p.add_argument(
-        "--core",
-        choices=("legacy",),
-        default=None,
-        help="the old model core, for --model moe only (kept until it is deleted; every "
-        "level runs on the default core)",
-    )
-    p.add_argument(
-        "--start",
-        choices=("auto", "least_squares", "mode"),
-        default=None,
-        help="the old core only (--core legacy): where chains start, the least-squares point "
-        "or the posterior mode; auto (default): the mode",
     )
     p.add_argument(
         "--curvature",
@@ -147,12 +132,11 @@ def format_summary(summary: dict) -> str:
     ]
     cfg = summary.get("sampler_config") or {}
     if cfg:
-        start = f", start {cfg['start']}" if cfg.get("start") else ""
         structure = f"; {summary['structure']} structure" if summary.get("structure") else ""
         lines.append(
             f"sampler {cfg.get('sampler', 'nutpie')}: {cfg.get('chains')} chains x "
             f"{cfg.get('draws')} draws ({cfg.get('tune')} tune), target_accept "
-            f"{cfg.get('target_accept')}{start}{structure}"
+            f"{cfg.get('target_accept')}{structure}"
         )
     if summary.get("uncatalogued"):
         lines.append(
@@ -205,12 +189,12 @@ def format_summary(summary: dict) -> str:
     ]
     for name, value, thr, ok in checks:
         lines.append(f"{name:<16}{value:>12.4g}  {thr:>10}  {'yes' if ok else 'NO'}")
-    if summary.get("start_converged") is False:  # None: the old core, or numpyro's start
+    if summary.get("start_converged") is False:  # None: numpyro's start
         lines.append(
             f"the chains' start (L-BFGS to the density's maximum) stopped unconverged after "
             f"{summary['start_iterations']} iterations: warmup had to find the bulk"
         )
-    if summary.get("scout_restarted"):  # None: the old core, numpyro, or a fit before it
+    if summary.get("scout_restarted"):  # None: numpyro, or a fit before it
         lines.append(
             f"{summary['scout_restarted']} chain(s) began at the best scouting chain's position: "
             "their scouting warmup ended trapped far below it"
@@ -283,17 +267,9 @@ def check_level(table, model: str, source) -> None:
             raise ValueError(f"{source}: {exc}") from None
 
 
-def check_core(args: argparse.Namespace) -> None:
-    """``--core`` and ``--start`` agree with ``--model``, ``--tail-excess`` has its
-    ``--metrics`` (one line, before any reading)."""
-    from specbayes.fit import resolve_core
-
-    core = resolve_core(args.model, args.core)
-    if getattr(args, "curvature", False) and core == "legacy":
-        raise ValueError(
-            "--curvature: the old core's moe level has a batch curvature of its own — drop "
-            "--curvature with --core legacy"
-        )
+def check_flags(args: argparse.Namespace) -> None:
+    """``--curvature`` agrees with ``--model``, ``--tail-excess`` has its ``--metrics`` (one
+    line, before any reading)."""
     if getattr(args, "curvature", False) and args.model == "moe":
         raise ValueError(
             "--curvature: the moe level bends with the expert coverage, not a batch "
@@ -301,11 +277,6 @@ def check_core(args: argparse.Namespace) -> None:
         )
     if getattr(args, "tail_excess", False) and not getattr(args, "metrics", None):
         raise ValueError("--tail-excess shapes the noise of --metrics: give --metrics too")
-    if getattr(args, "start", None) is not None and core != "legacy":
-        raise ValueError(
-            "--start: the default core has one sampler configuration (its chains start "
-            "anywhere feasible) — drop --start; it applies to --model moe --core legacy only"
-        )
 
 
 def save_atomically(result, path: Path) -> Path:
@@ -374,7 +345,7 @@ def run(args: argparse.Namespace) -> int:
     from specbayes.data import read_sweeps, validate_sweeps
     from specbayes.fit import fit
 
-    check_core(args)
+    check_flags(args)
     out = check_out_file(args.out)
     df = read_sweeps(args.data)
     table = validate_sweeps(df, allow_unknown_alpha=True)  # one line per rule, before sampling
@@ -386,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
     check_level(table, args.model, args.data)
     config = {
         key: getattr(args, key)
-        for key in ("chains", "draws", "tune", "seed", "cores", "sampler", "start")
+        for key in ("chains", "draws", "tune", "seed", "cores", "sampler")
         if getattr(args, key) is not None
     }
     # known before the folder is made: a signal while probe_writable runs leaves none behind
@@ -401,7 +372,6 @@ def run(args: argparse.Namespace) -> int:
                 sampler_config=config,
                 priors=flag_priors(args),
                 progress=not args.quiet,
-                core=args.core,
                 metrics=args.metrics,
             )
         except ValueError as exc:

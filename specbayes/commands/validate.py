@@ -24,13 +24,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", choices=["dense", "sd", "moe"], default="sd")
     p.add_argument(
-        "--core",
-        choices=("legacy",),
-        default=None,
-        help="the old model core, for --model moe only (kept until it is deleted; every "
-        "level runs on the default core)",
-    )
-    p.add_argument(
         "--leave-out", type=positive_int_list, default=[1, 2, 4], help="n values, e.g. 1,2,4"
     )
     p.add_argument("--repeats", type=positive_int, default=3, help="folds per n")
@@ -180,13 +173,8 @@ def _write(out: Path, res, checks: dict, pareto_k) -> int:
 
 
 def check_metric_args(args: argparse.Namespace, table) -> None:
-    """``--metrics`` runs on the default core, on columns the data carry (one line)."""
+    """``--metrics`` names columns the data carry (one line)."""
     metrics = getattr(args, "metrics", None) or ()
-    if metrics and args.core == "legacy":
-        raise ValueError(
-            "--metrics: the per-point metric models are on the default core only — drop "
-            "--core legacy (and use --model dense or sd)"
-        )
     missing = [m for m in metrics if m not in table.data]
     if missing:
         raise ValueError(
@@ -197,12 +185,12 @@ def check_metric_args(args: argparse.Namespace, table) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specbayes.artefacts import check_out_dir, dumps
-    from specbayes.commands.fit import check_core, check_level, flag_priors
+    from specbayes.commands.fit import check_flags, check_level, flag_priors
     from specbayes.data import validate_sweeps
     from specbayes.fit import fit
     from specbayes.validate import leave_n_out
 
-    check_core(args)
+    check_flags(args)
     check_out_dir(args.out)
     cfg = _config(args)
     table = validate_sweeps(_load(args.data), allow_unknown_alpha=True)
@@ -222,7 +210,6 @@ def run(args: argparse.Namespace) -> int:
         n_jobs=args.jobs,
         scheduler=args.scheduler,
         progress=not args.quiet,
-        core=args.core,
         priors=priors,
         metrics=args.metrics,
     )
@@ -247,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
     print("\nfitting all rows for in-sample checks …")
     full = fit(
         table, model=args.model, sampler_config=cfg, priors=priors,
-        progress=not args.quiet, core=args.core, **metric_kw,
+        progress=not args.quiet, **metric_kw,
     )  # fmt: skip
     checks = in_sample_checks(full)
     pareto_k = checks.pop("pareto_k")

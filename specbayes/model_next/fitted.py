@@ -635,7 +635,8 @@ class NextFit(CoefficientDraws):
         """log_likelihood and posterior_predictive of the fitted rows (the functions above),
         observed and constant data, excluded rows, ArviZ names and stamps, attrs."""
         from specbayes.artefacts import finish_fit_artefact
-        from specbayes.fit import _frame_to_dataset, _strict_json
+        from specbayes.artefacts import frame_to_dataset as _frame_to_dataset
+        from specbayes.artefacts import strict_json as _strict_json
 
         d, post = self.design, self.idata.posterior
         mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
@@ -672,7 +673,7 @@ class NextFit(CoefficientDraws):
         finish_fit_artefact(self.idata, groups, attrs, "nutpie")
 
     def _stamp_config(self) -> None:
-        from specbayes.fit import _strict_json
+        from specbayes.artefacts import strict_json as _strict_json
 
         self.idata.attrs["config"] = _strict_json(self.config)
 
@@ -715,7 +716,8 @@ _ANSWER_VARIABLES = (
 
 def load_next(idata, path: Path) -> NextFit:
     """A :class:`NextFit` from a read artefact (:func:`specbayes.fit.load_fit` calls this)."""
-    from specbayes.fit import FitFileError, _dataset_to_frame
+    from specbayes.artefacts import FitFileError
+    from specbayes.artefacts import dataset_to_frame as _dataset_to_frame
 
     version = idata.attrs.get("specbayes_version")
     if version != __version__:
