@@ -1,7 +1,7 @@
-r"""The next model core (issue 28): one generative PyMC model, one density everywhere.
+r"""The model core: one generative PyMC model, one density everywhere.
 
-Built beside the old :mod:`specbayes.model` (to be renamed ``specbayes.model`` when the old path
-is deleted). Levels ``dense`` and ``sd``; ``moe`` later.
+Levels ``dense``, ``sd`` and ``moe`` (the expert coverage, :mod:`.experts`). Every fit runs on
+it (:func:`specbayes.fit.fit`); the old core it replaced was removed on 2026-12-07.
 
 Layout
 ------
@@ -12,6 +12,7 @@ Layout
 :mod:`.truncated`  PyMC's ``TruncatedNormal`` with a normaliser whose JAX gradient is finite
 :mod:`.sampling`   the one default sampler configuration and a health summary
 :mod:`.physics`    roofline magnitudes of the coefficients (the group levels' prior centres)
+:mod:`.experts`    the ``moe`` level: a verifier pass's expert reads at the coverage it routes
 :mod:`.fitted`     :class:`~.fitted.NextFit`: the posterior and one density for every evaluation
 """
 

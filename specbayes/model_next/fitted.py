@@ -1,9 +1,8 @@
 r"""A fit of the next model core: its posterior and one density for every evaluation.
 
 :func:`fit_next` samples :func:`~specbayes.model_next.graph.build_model` and returns a
-:class:`NextFit`, which answers the same questions as :class:`specbayes.fit.Fit`
-(``coefficients``, ``mean_latency``, ``predict``, ``log_likelihood``, ``alpha_draws``, health,
-``save``) so the planner and validation use either.
+:class:`NextFit`, which answers what the planner and validation ask (``coefficients``,
+``mean_latency``, ``predict``, ``log_likelihood``, ``alpha_draws``, health, ``save``).
 
 One density. Every row's expected log latency is
 :func:`~specbayes.model_next.likelihood.log_mean_latency` of its configuration's costs
