@@ -12,7 +12,7 @@ health at the defaults and, per SD arm, the inferred alpha's 90 % interval again
 the measured acceptance length implies (:func:`specbayes.laws.alpha_from_acceptance_length`).
 
 ``sim``: the pooled structure's latent alpha on sets simulated from the model
-(:func:`specbayes.model_next.simulate.simulate_sweeps`): one drafter (``one``) or two
+(:func:`specbayes.model.simulate.simulate_sweeps`): one drafter (``one``) or two
 (``two``: a head of 0.25B and a 1B draft model), k = 1, 3, 5, four cells, one acceptance per
 (cell, drafter) hidden. Per seed: health and the 90 % intervals against the true alphas.
 """
@@ -62,7 +62,7 @@ def real(seed: int) -> bool:
 
 
 def sim(seed: int, drafters: int) -> bool:
-    from specbayes.model_next.simulate import simulate_sweeps
+    from specbayes.model.simulate import simulate_sweeps
 
     pairs = (("D1B", 1e9),) if drafters == 1 else (("EAGLE3-8B", 0.25e9), ("Draft-1B", 1e9))
     df, truth = simulate_sweeps(drafters=pairs, unknown_alpha=True, seed=seed)

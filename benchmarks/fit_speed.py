@@ -62,7 +62,7 @@ def load_case(name: str) -> pd.DataFrame:
 
         return load_dataset("real/speculators_qwen3.8-27b_b200_sweeps.csv")
     if name == "sim-multi":
-        from specbayes.model_next.simulate import simulate_sweeps
+        from specbayes.model.simulate import simulate_sweeps
 
         df, _ = simulate_sweeps(
             verifiers={"A": 8e9, "B": 14e9, "C": 32e9},
@@ -72,7 +72,7 @@ def load_case(name: str) -> pd.DataFrame:
         )
         return df
     if name == "sim-paper":
-        from specbayes.model_next.simulate import simulate_sweeps
+        from specbayes.model.simulate import simulate_sweeps
 
         cells = tuple((p, g) for p in (256, 512, 768, 1024) for g in (256, 512, 768, 1024))
         df, _ = simulate_sweeps(

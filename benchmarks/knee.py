@@ -27,7 +27,7 @@ import pandas as pd
 
 from specbayes import laws
 from specbayes.fit import fit
-from specbayes.model_next.priors import KNEE
+from specbayes.model.priors import KNEE
 
 REPO = Path(__file__).resolve().parents[1]
 

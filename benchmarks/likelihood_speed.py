@@ -6,10 +6,10 @@ Usage::
     nice .venv/bin/python benchmarks/likelihood_speed.py --verifiers all --write
 
 On the paper set's dense verifiers (``data/paper.parquet``, the rows a fit keeps), in one
-process: the default core's ``sd`` model (:func:`specbayes.model_next.build_model`) with the
-observed rows' collapsed density written as :class:`specbayes.model_next.rows.CollapsedRows`
+process: the default core's ``sd`` model (:func:`specbayes.model.build_model`) with the
+observed rows' collapsed density written as :class:`specbayes.model.rows.CollapsedRows`
 (``graph.COMPILED_ROWS = True``, the default) and written with PyTensor
-(:func:`specbayes.model_next.likelihood.collapsed_logp` of the graph's mean and noise scale,
+(:func:`specbayes.model.likelihood.collapsed_logp` of the graph's mean and noise scale,
 ``False``); each model's log density and gradient compiled with PyTensor's numba backend
 (nutpie's), evaluated at the model's initial point. Reports the median time per evaluation
 over ``--repeats`` rounds of ``--calls`` calls, alternating the two, the time of the priors'
@@ -55,9 +55,9 @@ def main(argv=None) -> None:
 
     from fit_speed import load_case
 
-    from specbayes.model_next import graph
-    from specbayes.model_next.design import build_design
-    from specbayes.model_next.fitted import prepare_table
+    from specbayes.model import graph
+    from specbayes.model.design import build_design
+    from specbayes.model.fitted import prepare_table
 
     df = load_case("paper-dense")
     if args.verifiers != "all":

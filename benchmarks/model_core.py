@@ -1,4 +1,4 @@
-r"""Health, speedup and scale checks of the next model core (``specbayes.model_next``).
+r"""Health, speedup and scale checks of the next model core (``specbayes.model``).
 
 Usage (results are printed as JSON lines and appended to ``--out``)::
 
@@ -7,7 +7,7 @@ Usage (results are printed as JSON lines and appended to ``--out``)::
     .venv/bin/python benchmarks/model_core.py prior
 
 ``small``: every case of :mod:`small_sweeps` × seeds 1..N with the one default sampler
-configuration (:data:`specbayes.model_next.sampling.SAMPLER_CONFIG`); the model is compiled
+configuration (:data:`specbayes.model.sampling.SAMPLER_CONFIG`); the model is compiled
 once per case (compile time reported separately). Per fit: divergences, worst R-hat, worst
 bulk ESS over the free variables, wall time, and the speedup check — at each matched load,
 the 90 % interval of the expected speedup :math:`L_\mathrm{dense}/L_\mathrm{sd}` (from the
@@ -50,8 +50,8 @@ warnings.filterwarnings("ignore")
 import small_sweeps  # noqa: E402
 
 from specbayes import laws  # noqa: E402
-from specbayes.model_next import build_design, build_model, health, sample  # noqa: E402
-from specbayes.model_next.sampling import compile_model  # noqa: E402
+from specbayes.model import build_design, build_model, health, sample  # noqa: E402
+from specbayes.model.sampling import compile_model  # noqa: E402
 
 LEVEL = 0.90
 
@@ -164,7 +164,7 @@ def run_demo(seeds: list[int], priors: dict, out: Path) -> None:
     """The default core's fit of the demo (``fit_next``) at each seed: health, LOO."""
     import arviz as az
 
-    from specbayes.model_next.fitted import fit_next
+    from specbayes.model.fitted import fit_next
 
     table = _demo_table()
     for seed in seeds:
@@ -239,9 +239,9 @@ def run_artefact(out: Path) -> None:
 
 def run_heldout(cells: list[str] | None, out: Path) -> None:
     """Leave one cell out of the demo (both verifiers), fit the rest, predict the cell
-    (:meth:`specbayes.model_next.fitted.NextFit.predict` with ``measured=True``)."""
+    (:meth:`specbayes.model.fitted.NextFit.predict` with ``measured=True``)."""
     from specbayes.data import SweepTable
-    from specbayes.model_next.fitted import fit_next
+    from specbayes.model.fitted import fit_next
     from specbayes.validate import heldout_scores
 
     table = _demo_table()

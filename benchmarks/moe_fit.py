@@ -7,7 +7,7 @@ Usage::
 
 Per verifier: the rows of ``data/paper.parquet`` on H100-SXM, dense (k = 0) and SD rows at
 alpha 0.6 / 0.8 / 1.0 (~1,120 rows, ~1,008 fitted), ``fit(rows, model="moe")`` at the default
-core's one sampler configuration (``specbayes.model_next.sampling.SAMPLER_CONFIG``) with
+core's one sampler configuration (``specbayes.model.sampling.SAMPLER_CONFIG``) with
 ``seed=0``. Prints the health numbers and the five worst-mixing variables; ``--write`` appends
 the table to ``benchmarks/fit_speed.md``. (Its tables there before 2026-12-07 were measured
 on the old core, since removed, with its ``start`` setting.)

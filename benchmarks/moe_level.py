@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--levels", default="moe,sd")
     parser.add_argument("--write", action="store_true", help="append to benchmarks/moe.md")
     args = parser.parse_args()
-    from specbayes.model_next.physics import roofline_centres
+    from specbayes.model.physics import roofline_centres
 
     data = rows(args.verifier, args.hardware, args.cells)
     roof = roofline_centres(args.verifier, args.hardware, None, 512, 256, coverage=True)

@@ -2,7 +2,7 @@
 
 For every (verifier, drafter, hardware, cell) of a dataset, the paper's six-coefficient fit
 (:func:`specbayes.baseline.fit_cycle_coefficients`) against
-:func:`specbayes.model_next.physics.roofline_centres` at the same cell: the table is
+:func:`specbayes.model.physics.roofline_centres` at the same cell: the table is
 ``log(centre / fitted)``. Also the dense costs ``C1 = c1p + g c1v``, ``C2 = c2p + g c2v``
 (identified by each sweep to ~1 %) and, where the data carry TTFT, ``c1p`` against the
 measured prefill of the synchronous dense point (``ttft - itl``: the prefill step less one
@@ -34,7 +34,7 @@ import pandas as pd
 from specbayes import baseline
 from specbayes.data import read_sweeps, validate_sweeps
 from specbayes.datasets import load_dataset
-from specbayes.model_next import physics
+from specbayes.model import physics
 from specbayes.report import markdown_table
 
 OUT = Path(__file__).with_name("roofline_priors.md")
@@ -204,8 +204,8 @@ def _trend_centre_cell(design) -> tuple[float, float]:
 
 def demo_fit(seeds: int) -> pd.DataFrame:
     """Pooled demo fit: default ``coef_mu`` vs roofline centres at sigma 1.0."""
-    from specbayes.model_next import build_design, build_model, health, merge_priors, sample
-    from specbayes.model_next.sampling import compile_model
+    from specbayes.model import build_design, build_model, health, merge_priors, sample
+    from specbayes.model.sampling import compile_model
 
     design = build_design(validate_sweeps(load_dataset("demo")))
     p, g = _trend_centre_cell(design)

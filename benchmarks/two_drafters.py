@@ -148,7 +148,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few rates and draws (smoke run)")
     parser.add_argument(
         "--priors", type=json.loads, default=None,
-        help="prior overrides as JSON (specbayes.model_next.priors), e.g. '{\"c1_dev\": null}'",
+        help="prior overrides as JSON (specbayes.model.priors), e.g. '{\"c1_dev\": null}'",
     )  # fmt: skip
     args = parser.parse_args()
     results = [run(int(s), args.quick, args.priors) for s in args.seeds.split(",")]

@@ -13,8 +13,8 @@ import pymc as pm
 
 from specbayes.data import validate_sweeps
 from specbayes.datasets import load_dataset
-from specbayes.model_next import build_design, build_model
-from specbayes.model_next.fitted import prepare_table
+from specbayes.model import build_design, build_model
+from specbayes.model.fitted import prepare_table
 
 HERE = Path(__file__).resolve().parent
 REAL = HERE.parent / "data/real/speculators_qwen3.8-27b_b200_sweeps.csv"

@@ -604,7 +604,7 @@ def _mark_measured_alpha(df: pd.DataFrame, explicit: pd.Series) -> None:
     :data:`MEASURED_ALPHA_SPREAD` apart (different settings, each at its own load); otherwise
     it was measured per point. Load levels of both loops count, as one configuration's
     closed-loop point (a GuideLLM synchronous run) and open-loop rates are one sweep of the
-    model (``model_next.design.configuration_key``).
+    model (``model.design.configuration_key``).
     """
     cand = (df["alpha_source"] == "given") & ~explicit.reindex(df.index, fill_value=False)
     if not cand.any():

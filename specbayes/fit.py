@@ -5,10 +5,10 @@ r"""Fitting the latency models: :func:`fit` and :func:`load_fit` for every level
 >>> f.healthy, f.diagnostics().head()                # doctest: +SKIP
 >>> draws = f.predict(new_rows)                      # (sample, row) latency draws  # doctest: +SKIP
 
-Every level (``dense``, ``sd``, ``moe``) runs on the model core :mod:`specbayes.model_next`
-(README "The model"); a fit is a :class:`specbayes.model_next.fitted.NextFit`, sampled with the
-core's one configuration (:data:`specbayes.model_next.sampling.SAMPLER_CONFIG`; ``sampler_config``
-may set ``seed`` and :data:`specbayes.model_next.sampling.SAMPLER_OPTIONS`).
+Every level (``dense``, ``sd``, ``moe``) runs on the model core :mod:`specbayes.model`
+(README "The model"); a fit is a :class:`specbayes.model.fitted.NextFit`, sampled with the
+core's one configuration (:data:`specbayes.model.sampling.SAMPLER_CONFIG`; ``sampler_config``
+may set ``seed`` and :data:`specbayes.model.sampling.SAMPLER_OPTIONS`).
 
 Health
 ------
@@ -26,8 +26,8 @@ import pandas as pd
 
 from specbayes.artefacts import FitFileError
 from specbayes.data import SweepTable
-from specbayes.model_next.fitted import MODEL_ID, NextFit, fit_next, load_next
-from specbayes.model_next.sampling import SAMPLER_CONFIG
+from specbayes.model.fitted import MODEL_ID, NextFit, fit_next, load_next
+from specbayes.model.sampling import SAMPLER_CONFIG
 
 __all__ = ["SAMPLER_DEFAULTS", "THRESHOLDS", "FitFileError", "fit", "load_fit"]
 
@@ -57,16 +57,16 @@ def fit(
         already validated table.
     model : {'dense', 'sd', 'moe'}
     sampler_config : dict, optional
-        ``seed`` and :data:`specbayes.model_next.sampling.SAMPLER_OPTIONS` over
+        ``seed`` and :data:`specbayes.model.sampling.SAMPLER_OPTIONS` over
         :data:`SAMPLER_DEFAULTS` (fewer draws for a quick look, ``cores``,
         ``sampler="numpyro"``).
     priors : dict, optional
-        Overrides of :data:`specbayes.model_next.priors.DEFAULT_PRIORS`.
+        Overrides of :data:`specbayes.model.priors.DEFAULT_PRIORS`.
     progress : bool
         Show the sampler's progress bar.
     metrics : sequence of str, optional
         Per-point metrics to model beside the mean latency
-        (:mod:`specbayes.model_next.metrics`; e.g. ``("ttft_p99", "itl_p50")``): what
+        (:mod:`specbayes.model.metrics`; e.g. ``("ttft_p99", "itl_p50")``): what
         ``fit.metric`` and the SLO planner (``plan.capacity(..., slo=)``) answer for.
 
     Returns
@@ -160,7 +160,7 @@ def load_fit(path: str | Path) -> NextFit:
             f"{path}: a netCDF file but not a specbayes fit (no {', '.join(missing)}) — {_MAKE_ONE}"
         )
     model_id = str(idata.attrs.get("model_id", ""))
-    if model_id != MODEL_ID and not model_id.startswith("specbayes.model_next"):
+    if model_id != MODEL_ID and not model_id.startswith("specbayes.model"):
         raise FitFileError(
             f"{path}: written by the old model core, which was removed — refit the data with "
             "`specbayes fit DATA --out FIT.nc`"

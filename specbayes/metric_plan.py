@@ -1,7 +1,7 @@
 r"""Speedup and break-even of speculative decoding on a chosen metric: p99 TTFT, ITL, ...
 
 :mod:`specbayes.plan` answers on the mean latency, the paper's law. A fit that models
-per-point metrics (``fit(..., metrics=)``, :mod:`specbayes.model_next.metrics`) answers the
+per-point metrics (``fit(..., metrics=)``, :mod:`specbayes.model.metrics`) answers the
 same questions on any of them: per posterior draw, the metric of dense decoding over the
 metric of the SD arm at the same load, :math:`S_m = m_\mathrm{dense}/m_\mathrm{SD}`
 (> 1: SD is faster on that metric), and the load at which it crosses 1. SD helps ITL most

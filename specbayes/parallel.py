@@ -27,7 +27,7 @@ a :class:`distributed.Client`
 Progress: one tqdm bar per call on stderr, advanced as tasks complete (in any order).
 
 :func:`jax_chain_method` chooses how NumPyro runs its chains (``sampler="numpyro"`` of
-:func:`specbayes.fit.fit` and of :func:`specbayes.model_next.sampling.sample`).
+:func:`specbayes.fit.fit` and of :func:`specbayes.model.sampling.sample`).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def jax_chain_method(chains: int) -> str:
             "with `pip install specbayes[jax]`, or use sampler 'nutpie' or 'pymc'"
         ) from exc
     _register_jax_erfcx()
-    from specbayes.model_next.rows import register_jax
+    from specbayes.model.rows import register_jax
 
     register_jax()
     if jax.local_device_count() >= chains:

@@ -281,7 +281,7 @@ def write_report(
 
     Parameters
     ----------
-    fit : specbayes.model_next.fitted.NextFit
+    fit : specbayes.model.fitted.NextFit
         A fitted sd (or moe) model.
     out_dir : path
         Created if needed; existing files of the same names are replaced.

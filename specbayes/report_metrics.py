@@ -1,6 +1,6 @@
 """The report's per-point metrics (issue 45): each modelled statistic vs load, with SLO lines.
 
-A fit made with ``metrics=`` (:mod:`specbayes.model_next.metrics`) predicts TTFT, ITL and
+A fit made with ``metrics=`` (:mod:`specbayes.model.metrics`) predicts TTFT, ITL and
 latency percentiles per load point beside the mean latency. :func:`metrics_section` draws
 ``metrics_vs_load.png`` — one panel per metric, the planned SD arm and its dense baseline
 vs load (streams for a closed-loop fit, req/s otherwise), the posterior median of the
@@ -22,7 +22,7 @@ import pandas as pd
 from specbayes import plan
 from specbayes.intervals import INTERVAL_PROB
 from specbayes.metric_plan import arm_rows
-from specbayes.model_next.design import configuration_key
+from specbayes.model.design import configuration_key
 from specbayes.slo import MEAN_LATENCY, check_slo
 
 __all__ = [

@@ -3,7 +3,7 @@ r"""Service-level objectives on several metrics: the load at which each is met, 
 Serving teams set SLOs on tails and streaming metrics — p99 TTFT, p99 ITL, p95 end-to-end —
 as well as on the mean latency. An SLO names a statistic the fit models: ``"latency"`` (the
 mean, the paper's law) or a per-point metric fitted with it (``fit(..., metrics=)``,
-:mod:`specbayes.model_next.metrics`): ``ttft_p99``, ``itl_p99``, ``latency_p95``, ...
+:mod:`specbayes.model.metrics`): ``ttft_p99``, ``itl_p99``, ``latency_p95``, ...
 
 Every statistic rises with the running batch :math:`B`, so per posterior draw an SLO
 :math:`m \le y` holds exactly up to a load: for a metric
@@ -98,7 +98,7 @@ def check_slo(fit: Any, slo: dict[str, float]) -> dict[str, float]:
 def batch_at(fit: Any, arm, ks: np.ndarray, name: str, target: float, c1, c2) -> np.ndarray:
     r"""(sample, k) running batch :math:`B^*` at which metric ``name`` reaches ``target``
     (0 where no batch meets it, ``inf`` where a zero load-dependent share never reaches it)."""
-    from specbayes.model_next.metrics import log_unit
+    from specbayes.model.metrics import log_unit
 
     rows = pd.concat([replace(arm, k=int(k)).row() for k in ks], ignore_index=True)
     shares = np.exp(fit.metric_shares(rows, name))  # (sample, term, k)

@@ -19,7 +19,7 @@ the *same* folds. Scores per fold and overall:
   predictive intervals (calibrated: close to 0.5 / 0.9; too wide is as wrong as too narrow);
 * PIT values :math:`P(\tilde y \le y)` (uniform when calibrated).
 
-With ``metrics=`` (:mod:`specbayes.model_next.metrics`: TTFT, ITL, latency percentiles per
+With ``metrics=`` (:mod:`specbayes.model.metrics`: TTFT, ITL, latency percentiles per
 point), every fold's fit models them too and each held-out row is scored per metric
 (:func:`metric_predictions`, :func:`metric_scores`): coverage of the 50 % / 90 % predictive
 intervals of a measurement and the relative error of the posterior median of the expected
@@ -456,7 +456,7 @@ def leave_n_out(
         Per-point metrics every fold's specbayes fit models too, scored
         on the held-out rows per metric (``metric_folds``, ``metric_overall``).
     """
-    from specbayes.model_next.metrics import check_metrics
+    from specbayes.model.metrics import check_metrics
 
     metrics = check_metrics(metrics)
     table = sweeps if isinstance(sweeps, SweepTable) else validate_sweeps(sweeps)

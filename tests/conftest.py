@@ -43,7 +43,7 @@ TRUE_COEFS = dict(c1p=0.05, c1v=1.123e-3, c1d=2.25e-4, c2p=2.0e-3, c2v=6.6e-5, c
 
 
 class DrawsFit:
-    """A stand-in for a fit (:class:`specbayes.model_next.fitted.NextFit`) holding fixed
+    """A stand-in for a fit (:class:`specbayes.model.fitted.NextFit`) holding fixed
     coefficient draws.
 
     Draws are log-normal around ``TRUE_COEFS`` (sd ``spread`` on the log scale), one set

@@ -465,7 +465,7 @@ def test_fit_artefact_follows_arviz_conventions(ws):
     for group in ("posterior", "sample_stats"):
         attrs = idata[group].attrs
         assert attrs["inference_library"] == "nutpie" and "created_at" in attrs
-    from specbayes.model_next.fitted import MODEL_ID
+    from specbayes.model.fitted import MODEL_ID
 
     assert idata.attrs["specbayes_version"] and idata.attrs["model_id"] == MODEL_ID
     _strict(idata.attrs["config"])
@@ -567,7 +567,7 @@ def fit_priors(ws, monkeypatch):
 
 def test_curvature_flag_asks_the_fit_for_the_knee(fit_priors):
     """``--curvature`` reaches the fit as the knee prior; without it, the defaults (issue 43)."""
-    from specbayes.model_next.priors import KNEE_PRIOR
+    from specbayes.model.priors import KNEE_PRIOR
 
     seen = fit_priors
     assert run_cli(["fit", "good.csv", "--out", "y.nc", "--curvature"]) == 2
@@ -577,7 +577,7 @@ def test_curvature_flag_asks_the_fit_for_the_knee(fit_priors):
 
 def test_validate_curvature_flag_reaches_every_fit(ws, monkeypatch):
     """``validate --curvature``: the folds' fits and the in-sample fit get the knee prior."""
-    from specbayes.model_next.priors import KNEE_PRIOR
+    from specbayes.model.priors import KNEE_PRIOR
 
     monkeypatch.chdir(ws)
     seen = []
@@ -594,7 +594,7 @@ def test_validate_curvature_flag_reaches_every_fit(ws, monkeypatch):
 
 def test_tail_excess_flag_asks_the_fit_for_the_excess_and_needs_metrics(fit_priors, capsys):
     """``--tail-excess`` reaches the fit as ``metric_excess``; alone it names what it needs."""
-    from specbayes.model_next.priors import TAIL_EXCESS
+    from specbayes.model.priors import TAIL_EXCESS
 
     seen = fit_priors
     args = ["fit", "good.csv", "--out", "y.nc", "--metrics", "ttft_p99", "--tail-excess"]

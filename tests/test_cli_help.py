@@ -45,7 +45,7 @@ def test_fit_help_names_the_sampler_defaults():
     """fit's sampler options name the model's one configuration (kept in sync here: the
     help does not import PyMC to read them)."""
     from specbayes.fit import SAMPLER_DEFAULTS
-    from specbayes.model_next.sampling import SAMPLER_CONFIG
+    from specbayes.model.sampling import SAMPLER_CONFIG
 
     text = _flat(_subcommands()["fit"].format_help())
     for option in ("chains", "draws", "tune", "cores"):

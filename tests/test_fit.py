@@ -1,7 +1,7 @@
 """Short real fits with fixed seeds: health, recovery, prediction, persistence, CLI, bad input.
 
 The default tier fits one small data set simulated from the model
-(:func:`specbayes.model_next.simulate.simulate_sweeps`) once, at the one default sampler
+(:func:`specbayes.model.simulate.simulate_sweeps`) once, at the one default sampler
 configuration, and checks the health thresholds honestly; ``slow`` tests cover the dense
 level, latent alpha, closed loop, several verifiers and GPUs, and recovery over seeds.
 """
@@ -18,8 +18,8 @@ from tiny_fit import tiny_fit_run
 from specbayes import laws
 from specbayes.data import validate_sweeps
 from specbayes.fit import THRESHOLDS, fit, load_fit
-from specbayes.model_next.fitted import NextFit as Fit
-from specbayes.model_next.simulate import simulate_sweeps
+from specbayes.model.fitted import NextFit as Fit
+from specbayes.model.simulate import simulate_sweeps
 
 SEED = 1
 REPO = Path(__file__).resolve().parents[1]

@@ -381,7 +381,7 @@ def test_drafter_prefill_share_follows_the_drafters_prompt_compute():
     """The roofline's rho: an EAGLE-3 head (one layer) adds a few per cent of the verifier's
     prefill, a 1.7B draft model of a 14B verifier about a ninth; None for a drafter the catalog
     does not know."""
-    from specbayes.model_next.physics import drafter_prefill_share
+    from specbayes.model.physics import drafter_prefill_share
 
     head = drafter_prefill_share("Qwen3-14B", "A100-SXM-80GB", "EAGLE3-Qwen3-14B", 512)
     small = drafter_prefill_share("Qwen3-14B", "A100-SXM-80GB", "Qwen3-1.7B", 512)

@@ -1,4 +1,4 @@
-"""The per-point metric model (``specbayes.model_next.metrics``), without sampling: names
+"""The per-point metric model (``specbayes.model.metrics``), without sampling: names
 checked, the long table, the one formula in graph and NumPy, the prior predictive, and the
 shares of configurations a fit never saw."""
 
@@ -13,8 +13,8 @@ import pymc as pm
 import pytest
 import xarray as xr
 
-from specbayes.model_next import build_design, build_model
-from specbayes.model_next.metrics import (
+from specbayes.model import build_design, build_model
+from specbayes.model.metrics import (
     METRIC_COLUMNS,
     check_metrics,
     excess_scale,
@@ -149,7 +149,7 @@ def test_jax_gradient_of_the_metric_model_is_pytensors_at_the_initial_point(real
     "numpyro"})``) is finite and PyTensor's symbolic gradient at the initial point, on a
     closed-loop real case with metrics: the metric likelihood's own terms, and the SD ratio
     ``log_c2_ratio`` whose upper bound is infinite there — PyMC's interval transform made its
-    JAX gradient NaN (:class:`specbayes.model_next.truncated.Interval`). ``test_parallel.py``
+    JAX gradient NaN (:class:`specbayes.model.truncated.Interval`). ``test_parallel.py``
     checks the same on the simulated open-loop graph without metrics."""
     pytest.importorskip("numpyro")
     from jax_gradient import assert_jax_gradient_is_pymcs
@@ -220,7 +220,7 @@ def test_metric_fit_on_the_real_sweeps_is_healthy_and_consistent(tmp_path, prior
 
 
 def test_a_row_takes_its_sweep_or_the_nearest_alpha_of_its_workload_drafter_and_k():
-    from specbayes.model_next.metrics import nearest_sweep
+    from specbayes.model.metrics import nearest_sweep
 
     sweeps = ["v|d|h|c|k=3|alpha=0.6", "v|d|h|c|k=3|alpha=0.8", "v|none|h|c|k=0|alpha=-"]
     configs = ["v|d|h|c|k=3|alpha=0.8", "v|d|h|c|k=3|alpha=0.65", "v|d|h|c|k=5|alpha=0.8",

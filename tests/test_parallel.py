@@ -14,7 +14,7 @@ import pytest
 
 from specbayes import parallel, validate
 from specbayes.cli import main
-from specbayes.model_next.simulate import simulate_sweeps
+from specbayes.model.simulate import simulate_sweeps
 
 TINY = {"draws": 20, "tune": 20, "chains": 2}
 
@@ -181,15 +181,15 @@ def test_jax_gradient_of_the_graph_is_pytensors_at_the_initial_point(sweeps):
     pytest.importorskip("numpyro")
     from jax_gradient import assert_jax_gradient_is_pymcs
 
-    from specbayes.model_next import build_design, build_model
-    from specbayes.model_next.fitted import prepare_table
+    from specbayes.model import build_design, build_model
+    from specbayes.model.fitted import prepare_table
 
     assert parallel.jax_chain_method(2) in ("parallel", "sequential", "vectorized")
     assert_jax_gradient_is_pymcs(build_model(build_design(prepare_table(sweeps, "sd"), "sd")))
 
 
 def test_truncated_normaliser_is_pymcs_with_finite_jax_gradients():
-    """The normal log CDFs of :mod:`specbayes.model_next.truncated` are PyMC's on both sides
+    """The normal log CDFs of :mod:`specbayes.model.truncated` are PyMC's on both sides
     of every switch and far out, and their JAX gradients are finite there (PyMC's are NaN
     wherever the unselected branch is infinite)."""
     pytest.importorskip("jax")
@@ -200,7 +200,7 @@ def test_truncated_normaliser_is_pymcs_with_finite_jax_gradients():
     from pymc.distributions import dist_math
     from pymc.sampling.jax import get_jaxified_graph
 
-    from specbayes.model_next import truncated
+    from specbayes.model import truncated
 
     parallel.jax_chain_method(1)  # registers the erfcx lowering
     x, y = pt.dvector("x"), pt.dvector("y")
@@ -228,7 +228,7 @@ def test_truncated_normaliser_is_pymcs_with_finite_jax_gradients():
 
 
 def test_interval_transform_is_pymcs_with_finite_jax_gradients_at_an_infinite_bound():
-    """:class:`specbayes.model_next.truncated.Interval` gives PyMC's values and log Jacobian
+    """:class:`specbayes.model.truncated.Interval` gives PyMC's values and log Jacobian
     where a graph bound is finite or infinite (a closed-loop sweep's wall), and its JAX
     gradient is finite where PyMC's is NaN (the unselected two-bound form at b = inf)."""
     pytest.importorskip("jax")
@@ -239,7 +239,7 @@ def test_interval_transform_is_pymcs_with_finite_jax_gradients_at_an_infinite_bo
     from pymc.distributions.transforms import Interval as PyMCInterval
     from pymc.sampling.jax import get_jaxified_graph
 
-    from specbayes.model_next.truncated import Interval
+    from specbayes.model.truncated import Interval
 
     x, a, b = pt.dvector("x"), pt.dvector("a"), pt.dvector("b")
     values = (

@@ -1,4 +1,4 @@
-"""Roofline centres of the cycle coefficients (specbayes.model_next.physics)."""
+"""Roofline centres of the cycle coefficients (specbayes.model.physics)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from specbayes import catalog
-from specbayes.model_next.physics import roofline_centres
+from specbayes.model.physics import roofline_centres
 
 COEFS = {"c1p", "c1v", "c1d", "c2p", "c2v", "c2d"}
 
@@ -163,7 +163,7 @@ def test_spec_seq_centre_is_the_unpacked_attention_work_of_a_verification():
     whose kernel packs the GQA group, nothing."""
     import numpy as np
 
-    from specbayes.model_next import physics
+    from specbayes.model import physics
     from specbayes.sim import costs
 
     model, hw = catalog.load_model("Qwen3-14B"), catalog.load_hardware("A100-SXM-80GB")

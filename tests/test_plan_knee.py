@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def knee_fit():
     from specbayes.fit import fit
-    from specbayes.model_next.priors import KNEE
+    from specbayes.model.priors import KNEE
 
     case = small_sweeps.real_case("HumanEval", "dspark")
     options = dict(draws=200, tune=200, chains=2, seed=1)

@@ -1,12 +1,12 @@
-"""The compiled row density (specbayes.model_next.rows) against the graph's formulas."""
+"""The compiled row density (specbayes.model.rows) against the graph's formulas."""
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
 
-from specbayes.model_next.likelihood import collapsed_logp, log_mean_latency, log_row_scale
-from specbayes.model_next.rows import CollapsedRows, rows_random
+from specbayes.model.likelihood import collapsed_logp, log_mean_latency, log_row_scale
+from specbayes.model.rows import CollapsedRows, rows_random
 
 
 def _rows(seed: int, closed_share: float):

@@ -92,7 +92,7 @@ def test_heldout_figure_places_open_intervals_and_counts_saturated_points(tmp_pa
 
 
 def test_leave_n_out_shows_fold_progress(capsys):
-    from specbayes.model_next.simulate import simulate_sweeps
+    from specbayes.model.simulate import simulate_sweeps
 
     df, _ = simulate_sweeps(seed=3)
     validate.leave_n_out(df, n=1, repeats=2, methods=("baseline",), n_jobs=1, progress=True)

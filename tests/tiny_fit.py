@@ -27,7 +27,7 @@ def tiny_fit_run() -> tuple[Path, int, str]:
     The fit lies beside its data (``sweeps.csv``) in a temporary folder removed at exit.
     """
     from specbayes.cli import main
-    from specbayes.model_next.simulate import simulate_sweeps
+    from specbayes.model.simulate import simulate_sweeps
 
     folder = Path(tempfile.mkdtemp(prefix="specbayes-tiny-fit-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)

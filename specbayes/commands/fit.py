@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="exit with status 1 when a health threshold fails "
         "(divergences > 0, R-hat > 1.01, bulk ESS < 400)",
     )
-    # the defaults are the model's one sampler configuration (model_next.sampling), named
+    # the defaults are the model's one sampler configuration (model.sampling), named
     # here without importing PyMC so that --help stays fast; test_cli_help checks them
     p.add_argument("--chains", type=positive_int, default=None, help="chains (default: 4)")
     p.add_argument(
@@ -108,7 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def metric_list(text: str) -> tuple[str, ...]:
     """``--metrics a,b``: the names, checked against the metric model's columns."""
-    from specbayes.model_next.metrics import check_metrics
+    from specbayes.model.metrics import check_metrics
 
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
@@ -242,7 +242,7 @@ def check_level(table, model: str, source) -> None:
 
     ``sd`` needs speculative-decoding rows (k > 0): without them the drafter's costs rest on
     their priors alone; ``dense`` needs dense rows (k = 0); ``moe`` refuses dense verifiers
-    (:func:`specbayes.model_next.experts.expert_ratios` says which).
+    (:func:`specbayes.model.experts.expert_ratios` says which).
     """
     data = table.data
     if data.empty:
@@ -259,7 +259,7 @@ def check_level(table, model: str, source) -> None:
             "speculative-decoding sweeps with --model sd"
         )
     if model == "moe":
-        from specbayes.model_next.experts import expert_ratios
+        from specbayes.model.experts import expert_ratios
 
         try:
             expert_ratios(data, data["verifier"].unique())
@@ -326,7 +326,7 @@ def excluded_line(excluded, path: Path) -> str:
 def flag_priors(args: argparse.Namespace) -> dict | None:
     """The prior overrides ``--curvature``, ``--knee`` or ``--tail-excess`` ask for (``None``:
     the defaults)."""
-    from specbayes.model_next.priors import KNEE, KNEE_PRIOR, TAIL_EXCESS
+    from specbayes.model.priors import KNEE, KNEE_PRIOR, TAIL_EXCESS
 
     priors = {}
     if getattr(args, "tail_excess", False):

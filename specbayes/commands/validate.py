@@ -105,7 +105,7 @@ def in_sample_checks(result) -> dict:
     out["ppc_cov90_in_sample"] = float(np.mean(_inside90(result.idata, name)))
     metrics = tuple(getattr(result, "metrics", ()))
     if metrics:
-        from specbayes.model_next.metrics import long_table
+        from specbayes.model.metrics import long_table
 
         which = long_table(result.data, metrics)["metric"].to_numpy()
         inside = _inside90(result.idata, "log_metric")

@@ -530,10 +530,10 @@ def effective_costs(
     (rejection sampling, the proposer's bookkeeping, a synchronisation per cycle; 0 in the
     paper's decomposition, where a cycle at k = 0 costs a dense step); :math:`c_{2c}` the
     same per concurrent sequence (a verification's multi-token queries that an attention
-    kernel runs unpacked, :func:`specbayes.model_next.physics.spec_seq_centre`). :math:`\rho`
+    kernel runs unpacked, :func:`specbayes.model.physics.spec_seq_centre`). :math:`\rho`
     is the drafter's share of the prefill: the proposer runs over the prompt's tokens too
     (a draft model builds its KV cache, an EAGLE head its hidden states;
-    :func:`specbayes.model_next.physics.drafter_prefill_share`), 0 in the paper's
+    :func:`specbayes.model.physics.drafter_prefill_share`), 0 in the paper's
     decomposition. All three are paid only where ``k > 0``.
 
     Parameters

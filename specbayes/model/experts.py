@@ -19,7 +19,7 @@ request, the expert part of a request's latency at full coverage is
     \quad\text{(open loop)}, \qquad
     L = C_{1s} + N C_{2s} + \varphi(N (k + 1))\,C_{1s,s} \quad\text{(closed loop)}
 
-(:func:`specbayes.model_next.likelihood.log_mean_latency`). The expert reads have no
+(:func:`specbayes.model.likelihood.log_mean_latency`). The expert reads have no
 per-sequence part: their compute per token is the active parameters' and sits in
 :math:`c_{2v}` with the rest of a token's work; at full coverage a pass reads each expert
 once whatever its batch. So the design note's :math:`C_{2s}` is 0 here and every open-loop
@@ -27,7 +27,7 @@ map is bounded — its fixed point is finite wherever :math:`\lambda C_2 < 1`, w
 sweeps' wall already guarantees.
 
 :math:`\log c_{1s,g} \sim \mathcal N(\log c^\mathrm{roof}_{1s}, s)` around the roofline's
-full-coverage read (:func:`specbayes.model_next.physics.roofline_centres` with ``coverage``)
+full-coverage read (:func:`specbayes.model.physics.roofline_centres` with ``coverage``)
 where the catalog knows the verifier and GPU, else the generic ``expert_cost`` prior. The
 other coefficients' roofline centres then carry no expert tangent.
 """
@@ -85,8 +85,8 @@ def expert_ratios(data: pd.DataFrame, verifiers: np.ndarray) -> np.ndarray:
 
 def expert_prior(design, pr: dict) -> tuple[np.ndarray, np.ndarray]:
     """Location and scale of each group's :math:`\\log c_{1s}` (module docstring)."""
-    from specbayes.model_next.physics import roofline_centres
-    from specbayes.model_next.priors import _setting
+    from specbayes.model.physics import roofline_centres
+    from specbayes.model.priors import _setting
 
     sweeps = design.extra["sweeps"]
     generic = pr["expert_cost"]

@@ -1,4 +1,4 @@
-"""Structure of the next model core (``specbayes.model_next``), without sampling.
+"""Structure of the next model core (``specbayes.model``), without sampling.
 
 Shapes, dims and coordinates; the prior predictive is finite; the graph's expected latency
 equals :mod:`specbayes.laws` at a point; the anchored structure's derived coefficients give
@@ -17,7 +17,7 @@ import pytest
 
 from specbayes import laws
 from specbayes.data import validate_sweeps
-from specbayes.model_next import build_design, build_model, merge_priors
+from specbayes.model import build_design, build_model, merge_priors
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -64,7 +64,7 @@ def test_anchored_design_dims(real_case):
 def test_scaled_softplus_axis_is_a_bijection_with_its_jacobian():
     """:class:`SoftplusTransform` at scale a: x = a softplus(u), log |dx/du| = log a + log
     sigmoid(u); forward inverts backward."""
-    from specbayes.model_next.transforms import SoftplusTransform
+    from specbayes.model.transforms import SoftplusTransform
 
     axis = SoftplusTransform(np.array([1e-3, 2e-3]))
     u = np.array([-8.0, 1.5])
@@ -81,7 +81,7 @@ def test_ratio_axis_is_a_bijection_above_its_floor_with_its_jacobian():
     import pytensor
     import pytensor.tensor as pt
 
-    from specbayes.model_next.transforms import LowerSoftplus
+    from specbayes.model.transforms import LowerSoftplus
 
     axis = LowerSoftplus(np.array([-0.9, -0.4, 0.0]), 1.0)
     u = np.array([-12.0, 0.3, 6.0])
@@ -100,7 +100,7 @@ def test_closed_loop_ratios_move_on_the_ratio_axis(real_case):
     """A closed-loop anchored model samples both SD/dense ratios on :class:`LowerSoftplus`'
     axis at the floor q/E_max (``graph.anchored_costs``): no bent ridge against the dense
     cost; the prior is PyMC's truncated Normal either way."""
-    from specbayes.model_next.transforms import LowerSoftplus
+    from specbayes.model.transforms import LowerSoftplus
 
     design = build_design(real_case.table)
     model = build_model(design)
@@ -121,7 +121,7 @@ def test_share_axis_is_a_bijection_onto_the_unit_interval_with_its_jacobian():
     import pytensor
     import pytensor.tensor as pt
 
-    from specbayes.model_next.transforms import ShareTransform
+    from specbayes.model.transforms import ShareTransform
 
     axis = ShareTransform(0.01)
     v = np.array([-0.2, -0.01, 0.05, 0.5, 0.95, 1.01, 1.2])
@@ -143,7 +143,7 @@ def test_share_axis_keeps_its_precision_far_below_the_lower_end():
     w(v) = 1 - w(1 - v)."""
     import pytensor.tensor as pt
 
-    from specbayes.model_next.transforms import ShareTransform
+    from specbayes.model.transforms import ShareTransform
 
     eps = 0.01
     axis = ShareTransform(eps)
@@ -168,8 +168,8 @@ def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
     import arviz as az
     import xarray as xr
 
-    from specbayes.model_next.likelihood import collapsed_logp
-    from specbayes.model_next.sampling import add_collapsed
+    from specbayes.model.likelihood import collapsed_logp
+    from specbayes.model.sampling import add_collapsed
 
     pr = merge_priors(None)
     # centred by default: log C1 of each sweep is sampled, its deviation derived
@@ -292,7 +292,7 @@ def test_collapsed_noise_matches_normal_mixture():
     """The collapsed density equals the Normal likelihood integrated over sigma^2 ~ IG(a, b)."""
     from scipy import integrate, stats
 
-    from specbayes.model_next.likelihood import collapsed_logp
+    from specbayes.model.likelihood import collapsed_logp
 
     y, mu, a, b = np.array([0.01, -0.02, 0.015]), np.zeros(3), 1.5, 2e-4
     log_w = np.array([0.0, 0.3, 0.7])  # row scales sigma * w_i (noise growing with load)
@@ -308,7 +308,7 @@ def test_collapsed_noise_matches_normal_mixture():
 
 
 def test_log_counts_reference_and_missing():
-    from specbayes.model_next.design import log_counts
+    from specbayes.model.design import log_counts
 
     rows = pd.DataFrame({"n_requests": [16.0, 100.0, np.nan, 625.0]})
     log_count, ref = log_counts(rows)
@@ -324,7 +324,7 @@ def test_row_noise_shrinks_with_the_requests_averaged(demo_subset):
     in what the artefact stores (``posterior_log_row_scale``)."""
     import xarray as xr
 
-    from specbayes.model_next.likelihood import (
+    from specbayes.model.likelihood import (
         collapsed_logp,
         log_row_scale,
         posterior_log_row_scale,
@@ -366,7 +366,7 @@ def test_a_cycle_costs_per_sequence_where_attention_runs_unpacked(demo_subset):
     """c2c: one per (verifier, GPU, drafter) on an FA2 GPU (A100), centred at the roofline's
     unpacked tiles, proportional to each sweep's context; off on request."""
     from specbayes.data import validate_sweeps
-    from specbayes.model_next.physics import spec_seq_centre
+    from specbayes.model.physics import spec_seq_centre
 
     a100 = validate_sweeps(demo_subset.data.assign(hardware="A100-SXM-80GB"))
     design = build_design(a100)
@@ -385,8 +385,8 @@ def test_a_cycle_costs_per_sequence_where_attention_runs_unpacked(demo_subset):
 def test_engine_assumptions_are_the_simulators():
     """The roofline centres, the knee's decode ridge and the cycle overhead's prior restate
     the simulator's engine assumptions; they must not drift apart."""
-    from specbayes.model_next import physics
-    from specbayes.model_next.priors import CYCLE_OVERHEAD
+    from specbayes.model import physics
+    from specbayes.model.priors import CYCLE_OVERHEAD
     from specbayes.sim import EngineConfig
 
     e = EngineConfig()
@@ -432,10 +432,10 @@ def test_centred_cells_per_coefficient(demo_subset):
 def test_group_level_prior_from_the_roofline(demo_subset):
     """A catalog verifier's group level is centred at its roofline magnitudes (sd 1); an
     unknown verifier keeps the generic centre (sd 2)."""
-    from specbayes.model_next.graph import _unit_workload
-    from specbayes.model_next.hierarchy import trend_covariates
-    from specbayes.model_next.physics import roofline_centres
-    from specbayes.model_next.priors import group_level_prior
+    from specbayes.model.graph import _unit_workload
+    from specbayes.model.hierarchy import trend_covariates
+    from specbayes.model.physics import roofline_centres
+    from specbayes.model.priors import group_level_prior
 
     pr = merge_priors()
     design = build_design(demo_subset)
@@ -474,7 +474,7 @@ def test_group_level_prior_from_the_roofline(demo_subset):
 def test_several_drafters_per_workload_pooled():
     """Two drafters on one verifier's cells: each has its own drafter coefficients (draft
     units and groups), a latent alpha per (cell, drafter), and the graph is the law."""
-    from specbayes.model_next.simulate import simulate_sweeps
+    from specbayes.model.simulate import simulate_sweeps
 
     df, truth = simulate_sweeps(
         drafters=(("EAGLE3-8B", 0.25e9), ("Draft-1B", 1e9)), unknown_alpha=True, seed=2
@@ -545,7 +545,7 @@ def test_curvature_pooled_open_loop_finite(demo_subset):
 
 # -- the optional knee (priors ``knee``, issue 43) ---------------------------------------------
 def _knee_priors():
-    from specbayes.model_next.priors import KNEE as KNEE_TOKENS
+    from specbayes.model.priors import KNEE as KNEE_TOKENS
 
     return {"knee": KNEE_TOKENS}
 
@@ -593,8 +593,8 @@ def test_drafter_prefill_share_is_one_per_known_draft_group(demo_subset):
     """rho, the drafter's prefill over the verifier's: by default one log-normal per
     (verifier, GPU, drafter) the catalog knows, centred at the roofline's ratio; a drafter
     it does not know gets none (or one around ``generic``, when set); ``None`` turns it off."""
-    from specbayes.model_next.physics import drafter_prefill_share
-    from specbayes.model_next.priors import DRAFTER_PREFILL
+    from specbayes.model.physics import drafter_prefill_share
+    from specbayes.model.priors import DRAFTER_PREFILL
 
     df = demo_subset.data.copy()
     df["drafter"] = df["drafter"].replace({"EAGLE3-Llama-3.1-8B": "my-drafter"})
@@ -625,7 +625,7 @@ def test_optimised_start_restarts_until_a_run_gains_nothing(monkeypatch):
     """:func:`optimised_start` on an ill-conditioned Gaussian (curvatures 1e-3 to 1e3): the
     start is its maximum, found in at least two L-BFGS runs (the last gains < 1 nat), and is
     reported converged; with too small an evaluation budget it is reported unconverged."""
-    from specbayes.model_next import sampling
+    from specbayes.model import sampling
 
     curv = np.logspace(-3, 3, 400)
     centre = np.linspace(-1.0, 1.0, 400)
@@ -647,7 +647,7 @@ def test_scouting_restarts_only_trapped_chains_from_the_best_ones_late_positions
     ``SCOUT_TRAP_SD`` sqrt(d/2) below the best chain's starts at the best chain's position,
     ten iterations apart per trapped chain; a chain that ends comparably keeps its own last
     position (so R-hat still compares chains that found the bulk apart)."""
-    from specbayes.model_next import sampling
+    from specbayes.model import sampling
 
     rng = np.random.default_rng(0)
     chains, iterations, dim = 4, 200, 50
@@ -674,7 +674,7 @@ def test_scouting_keeps_the_start_when_no_chain_is_trapped():
     compiled model's own starts — the fit it would be without the check."""
     import nutpie
 
-    from specbayes.model_next import sampling
+    from specbayes.model import sampling
 
     with pm.Model() as model:
         scale = pm.HalfNormal("scale", 1.0)

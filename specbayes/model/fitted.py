@@ -1,11 +1,11 @@
 r"""A fit of the next model core: its posterior and one density for every evaluation.
 
-:func:`fit_next` samples :func:`~specbayes.model_next.graph.build_model` and returns a
+:func:`fit_next` samples :func:`~specbayes.model.graph.build_model` and returns a
 :class:`NextFit`, which answers what the planner and validation ask (``coefficients``,
 ``mean_latency``, ``predict``, ``log_likelihood``, ``alpha_draws``, health, ``save``).
 
 One density. Every row's expected log latency is
-:func:`~specbayes.model_next.likelihood.log_mean_latency` of its configuration's costs
+:func:`~specbayes.model.likelihood.log_mean_latency` of its configuration's costs
 :math:`(\log C_1, \log C_2)`, and its density is
 :math:`\mathcal N(\log L \mid \mu, \sigma_i)` (``likelihood.log_density``), the row's noise
 scale :math:`\sigma_i = \sigma (1 - x_i)^{-\gamma} (n_i/n_\mathrm{ref})^{-1/2}`
@@ -14,7 +14,7 @@ scale :math:`\sigma_i = \sigma (1 - x_i)^{-\gamma} (n_i/n_\mathrm{ref})^{-1/2}`
 A configuration the fit saw uses its sampled costs (the graph's ``log_c1``, ``log_c2``); an unseen
 one gets them from the coefficients through :func:`specbayes.laws.effective_costs` — for a
 cell the fit never saw, from the hierarchy
-(:func:`~specbayes.model_next.hierarchy.log_coefficients` with a fresh cell deviation) — plus a
+(:func:`~specbayes.model.hierarchy.log_coefficients` with a fresh cell deviation) — plus a
 fresh sweep deviation of scale :math:`\tau` (pooled structure). The stored ``log_likelihood``
 and ``posterior_predictive`` groups are these functions evaluated on the fitted rows.
 
@@ -39,17 +39,17 @@ from scipy import stats
 
 from specbayes import __version__, laws
 from specbayes.data import SweepTable, sweep_labels, validate_sweeps
-from specbayes.model_next.coefficient_draws import CoefficientDraws
-from specbayes.model_next.design import Design, build_design, configuration_key, log_counts
-from specbayes.model_next.experts import expert_ratios
-from specbayes.model_next.graph import build_model
-from specbayes.model_next.likelihood import (
+from specbayes.model.coefficient_draws import CoefficientDraws
+from specbayes.model.design import Design, build_design, configuration_key, log_counts
+from specbayes.model.experts import expert_ratios
+from specbayes.model.graph import build_model
+from specbayes.model.likelihood import (
     log_density,
     log_mean_latency,
     log_row_scale,
     posterior_log_row_scale,
 )
-from specbayes.model_next.metrics import (
+from specbayes.model.metrics import (
     check_metrics,
     excess_scale,
     family,
@@ -62,12 +62,14 @@ from specbayes.model_next.metrics import (
     share_draws,
     stored_groups,
 )
-from specbayes.model_next.priors import COEFS, merge_priors
-from specbayes.model_next.sampling import SAMPLER_CONFIG, check_options, health, sample
+from specbayes.model.priors import COEFS, merge_priors
+from specbayes.model.sampling import SAMPLER_CONFIG, check_options, health, sample
 
 __all__ = ["MODEL_ID", "NextFit", "fit_next", "load_next"]
 
 #: Written into every artefact of this core; :func:`specbayes.fit.load_fit` dispatches on it.
+#: (The package was ``specbayes.model_next`` when the format was named; the id stays, so fits
+#: saved before the rename load.)
 MODEL_ID = "specbayes.model_next/1"
 
 
@@ -90,20 +92,20 @@ def fit_next(
         Validated here (unknown alpha allowed) when a raw frame is given.
     level : {"sd", "dense", "moe"}
         ``moe``: ``sd`` with the expert coverage of MoE verifiers
-        (:mod:`specbayes.model_next.experts`).
+        (:mod:`specbayes.model.experts`).
     priors : dict, optional
-        Overrides of :data:`specbayes.model_next.priors.DEFAULT_PRIORS`.
+        Overrides of :data:`specbayes.model.priors.DEFAULT_PRIORS`.
     seed : int
         Seeds the sampler, the noise scale's draws and the predictive group.
     progress : bool
         nutpie's progress bar.
     structure : {"anchored", "pooled"}, optional
-        Forced structure (default: :func:`specbayes.model_next.design.choose_structure`).
+        Forced structure (default: :func:`specbayes.model.design.choose_structure`).
     sampler_options : dict, optional
-        :data:`~specbayes.model_next.sampling.SAMPLER_OPTIONS` over the one default
+        :data:`~specbayes.model.sampling.SAMPLER_OPTIONS` over the one default
         configuration: fewer draws for a quick look, ``cores``, or ``sampler="numpyro"``.
     metrics : tuple of str, optional
-        Per-point metrics to model with the latency (:mod:`specbayes.model_next.metrics`:
+        Per-point metrics to model with the latency (:mod:`specbayes.model.metrics`:
         ``ttft_p99``, ``itl_p50``, ``latency_p95``, ...): what :meth:`NextFit.metric` and
         the SLO planner answer for.
     """
@@ -251,7 +253,7 @@ class NextFit(CoefficientDraws):
     def uncatalogued(self) -> list[str]:
         """(verifier|hardware) groups whose verifier or GPU the catalog (``models/``) does not
         know: their coefficient levels take the generic priors, not roofline magnitudes."""
-        from specbayes.model_next.physics import roofline_centres
+        from specbayes.model.physics import roofline_centres
 
         groups = self.design.coords["group"]
         return [g for g in groups if roofline_centres(*g.split("|", 1), None, 512.0, 256.0) is None]
@@ -336,7 +338,7 @@ class NextFit(CoefficientDraws):
         ``(batch, slope)`` (``None`` without one): the sampled ones of fitted configurations,
         else from the coefficients plus a fresh sweep deviation (pooled; C2 below the rows'
         wall when ``measured``) and the group's knee
-        (:func:`specbayes.model_next.graph.sweep_curvature`, :func:`~specbayes.model_next.
+        (:func:`specbayes.model.graph.sweep_curvature`, :func:`~specbayes.model.
         graph.sweep_knee`)."""
         d, post = self.design, self._post()
         sweep_of = pd.Index(d.coords["sweep"]).get_indexer(rows["_config"])
@@ -496,7 +498,7 @@ class NextFit(CoefficientDraws):
     ) -> xr.DataArray:
         """Draws of a modelled per-point metric (s) per row, dims (sample, row).
 
-        The expected statistic :math:`m_i` (:mod:`specbayes.model_next.metrics`), or with
+        The expected statistic :math:`m_i` (:mod:`specbayes.model.metrics`), or with
         ``predictive=True`` a measurement of it (its Student-t noise); ``inf`` past the wall.
 
         Raises
@@ -533,7 +535,7 @@ class NextFit(CoefficientDraws):
 
     def metric_shares(self, rows: pd.DataFrame, name: str, seed: int | None = None):
         """(sample, term, row) draws of the log shares :math:`\\log\\rho_a, \\log\\rho_b`
-        of metric ``name`` (:mod:`specbayes.model_next.metrics`).
+        of metric ``name`` (:mod:`specbayes.model.metrics`).
 
         A row of a fitted configuration takes its sweep's; one of a fitted (workload,
         drafter, k) at another alpha, the sweep with the nearest alpha (the shares scale

@@ -16,10 +16,10 @@ Layout
 :mod:`.fitted`     :class:`~.fitted.NextFit`: the posterior and one density for every evaluation
 """
 
-from specbayes.model_next.design import Design, build_design
-from specbayes.model_next.graph import build_model
-from specbayes.model_next.priors import DEFAULT_PRIORS, merge_priors
-from specbayes.model_next.sampling import SAMPLER_CONFIG, health, sample
+from specbayes.model.design import Design, build_design
+from specbayes.model.graph import build_model
+from specbayes.model.priors import DEFAULT_PRIORS, merge_priors
+from specbayes.model.sampling import SAMPLER_CONFIG, health, sample
 
 __all__ = [
     "DEFAULT_PRIORS",

@@ -41,19 +41,19 @@ import pandas as pd
 
 from specbayes import laws
 from specbayes.data import SweepTable
-from specbayes.model_next.experts import expert_ratios
-from specbayes.model_next.priors import COEFS, TRENDED, VERIFIER_COEFS
+from specbayes.model.experts import expert_ratios
+from specbayes.model.priors import COEFS, TRENDED, VERIFIER_COEFS
 
 STRUCTURES = ("anchored", "pooled")
 
 #: Model levels: the latency law of dense rows, the SD cycle decomposition over all rows, and
-#: that with the MoE expert coverage (:mod:`specbayes.model_next.experts`).
+#: that with the MoE expert coverage (:mod:`specbayes.model.experts`).
 LEVELS = ("dense", "sd", "moe")
 
 
 @dataclass(frozen=True)
 class Design:
-    r"""Arrays of one dataset for :func:`specbayes.model_next.graph.build_model`.
+    r"""Arrays of one dataset for :func:`specbayes.model.graph.build_model`.
 
     Per observation: ``obs_sweep``, ``load`` (rps open loop, N closed loop), ``obs_closed``,
     ``log_latency``, ``log_count`` (:func:`log_counts`: the requests each row's mean is
@@ -151,7 +151,7 @@ def build_design(table: SweepTable, level: str = "sd", structure: str | None = N
         From :func:`specbayes.data.validate_sweeps`.
     level : {"dense", "sd", "moe"}
         ``dense`` keeps the k = 0 rows only; ``moe`` is ``sd`` with the expert coverage
-        (:mod:`specbayes.model_next.experts`), pooled, of MoE verifiers only.
+        (:mod:`specbayes.model.experts`), pooled, of MoE verifiers only.
     structure : {"anchored", "pooled"}, optional
         Forced structure; default :func:`choose_structure` (``pooled`` for ``moe``: the
         anchored structure derives the coefficients from the sweeps' costs and has no place

@@ -1,7 +1,7 @@
 r"""Roofline centres of the six cycle coefficients: what the model and the GPU make plausible.
 
 The pooled structure puts a Normal prior on each (verifier, hardware) group's log coefficient
-(:data:`~specbayes.model_next.priors.DEFAULT_PRIORS` ``coef_mu``). A generic centre with a
+(:data:`~specbayes.model.priors.DEFAULT_PRIORS` ``coef_mu``). A generic centre with a
 log sd of 2 is honest for every model size but leaves the prefill coefficient :math:`c_{1p}`,
 which the data bound only from above, to mix slowly. A tighter prior is honest only around a
 centre that knows the model and the GPU: :func:`roofline_centres` gives it from the catalog
@@ -40,7 +40,7 @@ the smallest batches on). The pieces, per network (verifier or drafter, catalog
   drafter pass, :math:`t_\mathrm{dseq}` = 5 µs per sequence; a drafter run without a CUDA
   graph (catalog ``[sim] cuda_graph = false``) pays 30 µs per layer per pass. The
   speculative step's own fixed cost is not a centre here: it is the pooled structure's
-  ``c1c`` with its own prior (:data:`specbayes.model_next.priors.CYCLE_OVERHEAD`). Since
+  ``c1c`` with its own prior (:data:`specbayes.model.priors.CYCLE_OVERHEAD`). Since
   ``specbayes.sim 4`` the simulator also charges a decode token's GEMMs 5/3 of a prefill
   token's compute (``EngineConfig.decode_compute_scale``); the centres keep the plain
   roofline, within their log sd of 1.

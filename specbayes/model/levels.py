@@ -12,8 +12,8 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from specbayes.model_next.likelihood import collapsed_logp, collapsed_random
-from specbayes.model_next.truncated import TruncatedNormal
+from specbayes.model.likelihood import collapsed_logp, collapsed_random
+from specbayes.model.truncated import TruncatedNormal
 
 
 def c1_deviations(loc, prior: dict, centred: bool):
@@ -21,7 +21,7 @@ def c1_deviations(loc, prior: dict, centred: bool):
     :math:`d_s \sim \mathcal N(0, \tau_{C_1})` with :math:`\tau_{C_1}^2 \sim
     \mathrm{InverseGamma}(a, b)` integrated out (the deviations' density is
     :func:`collapsed_logp` with unit row scales; :math:`\tau_{C_1}` is drawn from its exact
-    conditional after sampling, :func:`specbayes.model_next.sampling.add_collapsed`). With
+    conditional after sampling, :func:`specbayes.model.sampling.add_collapsed`). With
     the scale sampled, its log axis mixed worst on the demo and the two-drafter set (a long
     tail towards 0, where the data cannot tell a small scale from none;
     ``benchmarks/model_core.md``); integrated out there is no scale to mix.

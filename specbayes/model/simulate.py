@@ -1,11 +1,11 @@
 r"""Sweeps simulated from the model itself, with known coefficients.
 
 The same functions as the graph and the prediction of unseen cells: the hierarchy
-(:func:`specbayes.model_next.hierarchy.log_coefficients` on
-:func:`~specbayes.model_next.hierarchy.trend_covariates`), the cycle decomposition
+(:func:`specbayes.model.hierarchy.log_coefficients` on
+:func:`~specbayes.model.hierarchy.trend_covariates`), the cycle decomposition
 (:func:`specbayes.laws.effective_costs`), a sweep's deviation from it, the latency law and the
-growing noise (:func:`specbayes.model_next.likelihood.log_mean_latency`,
-:func:`~specbayes.model_next.likelihood.log_row_scale`):
+growing noise (:func:`specbayes.model.likelihood.log_mean_latency`,
+:func:`~specbayes.model.likelihood.log_row_scale`):
 
 .. math::
 
@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from specbayes import laws
-from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
-from specbayes.model_next.likelihood import log_mean_latency, log_row_scale
-from specbayes.model_next.priors import COEFS, DEFAULT_PRIORS, DRAFTER_COEFS
+from specbayes.model.hierarchy import log_coefficients, trend_covariates
+from specbayes.model.likelihood import log_mean_latency, log_row_scale
+from specbayes.model.priors import COEFS, DEFAULT_PRIORS, DRAFTER_COEFS
 
 #: Log coefficients (s) of an 8B verifier with a 1B drafter on one GPU at p = g = 512.
 LEVEL_8B = {
@@ -77,7 +77,7 @@ def simulate_sweeps(
     ``c1c`` (:func:`specbayes.laws.effective_costs`), and on a GPU where vLLM runs
     FlashAttention 2 (the A100) ``c2c`` per sequence: ``spec_seq_overhead`` (s, the prior's
     generic centre) at the cells' centre context, proportional to the context ``p + g/2``
-    (:func:`specbayes.model_next.physics.spec_seq_centre`); an SD request's prefill costs
+    (:func:`specbayes.model.physics.spec_seq_centre`); an SD request's prefill costs
     ``1 + prefill_share`` times the verifier's (the drafter's prefill, :math:`\rho`; 0 as in
     the default model, which has none).
 
@@ -182,7 +182,7 @@ def _configurations(units, names, level, alphas, ks, unknown_alpha) -> pd.DataFr
 def _spec_seq(units: pd.DataFrame, at_centre: float) -> np.ndarray:
     """Each unit's ``c2c``: ``at_centre`` at the cells' centre context, proportional to the
     context, where the GPU runs FlashAttention 2 (catalog), else 0."""
-    from specbayes.model_next.physics import spec_seq_centre
+    from specbayes.model.physics import spec_seq_centre
 
     # the context relative to the cells' centre, as the model's KV trend covariate has it
     context = np.exp(trend_covariates(units["prefill"], units["decode"], ["c2v"])[0][:, 0])

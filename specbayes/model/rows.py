@@ -1,13 +1,13 @@
 r"""The rows' collapsed log density and its gradient in one compiled pass.
 
-The observation model of :mod:`specbayes.model_next.likelihood` for the law without a batch
+The observation model of :mod:`specbayes.model.likelihood` for the law without a batch
 curvature or knee: row :math:`i` of sweep :math:`s` has the mean log latency
-:math:`\mu_i = \log C_{1s} - \log h_i` (:func:`~specbayes.model_next.likelihood.log_mean_latency`;
+:math:`\mu_i = \log C_{1s} - \log h_i` (:func:`~specbayes.model.likelihood.log_mean_latency`;
 open loop :math:`h = 1 - \lambda C_2`, closed loop :math:`h = C_1/(C_1 + N C_2)`), the log
 noise scale :math:`\log w_i = -\gamma \log h_i - \tfrac12 \log(n_i/n_\mathrm{ref})`
-(:func:`~specbayes.model_next.likelihood.log_row_scale`), and with
+(:func:`~specbayes.model.likelihood.log_row_scale`), and with
 :math:`r_i = (y_i - \mu_i)/w_i` the rows' density with :math:`\sigma^2 \sim IG(a, b)`
-integrated out is :func:`~specbayes.model_next.likelihood.collapsed_logp`:
+integrated out is :func:`~specbayes.model.likelihood.collapsed_logp`:
 
 .. math::
 
@@ -31,7 +31,7 @@ one loop over the rows (numba), accumulating :math:`\partial\sum r^2` and
     \frac{\partial\mu_i}{\partial\theta} + r_i \frac{\partial\log w_i}{\partial\theta}\Big).
 
 A compiled form of the same formulas, not a second definition: ``tests/test_rows.py`` checks
-its value against :func:`~specbayes.model_next.likelihood.collapsed_logp` of the graph's
+its value against :func:`~specbayes.model.likelihood.collapsed_logp` of the graph's
 :math:`\mu, \log w` and its gradient against PyTensor's gradient of that graph, open and
 closed loop.
 """
@@ -49,7 +49,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_default_op_cache_key
 
-from specbayes.model_next.likelihood import collapsed_random, log_mean_latency, log_row_scale
+from specbayes.model.likelihood import collapsed_random, log_mean_latency, log_row_scale
 
 __all__ = ["CollapsedRows", "rows_logp", "rows_random"]
 
@@ -173,7 +173,7 @@ def rows_logp(value, log_c1, log_c2, gamma, log_count, a, b, *, sweep, load, clo
 
 def rows_random(log_c1, log_c2, gamma, log_count, a, b, rng=None, size=None, *, sweep, load,
                 closed):  # fmt: skip
-    """Draws of the rows (:func:`~specbayes.model_next.likelihood.collapsed_random`) at the
+    """Draws of the rows (:func:`~specbayes.model.likelihood.collapsed_random`) at the
     law's mean and the rows' noise scales, from the sweeps' costs."""
     lc1 = np.asarray(log_c1)[..., sweep]
     mu = log_mean_latency(lc1, np.asarray(log_c2)[..., sweep], load, closed)

@@ -205,7 +205,7 @@ def sample(
     Healthy on the demo at the defaults (``benchmarks/scale.md``: 0 divergences, R-hat 1.01,
     bulk ESS above 1,000) since the sweep costs' truncation normaliser, and the SD ratios'
     interval transform on a closed-loop sweep, keep JAX's gradient finite
-    (:mod:`specbayes.model_next.truncated`); :func:`health` reports every fit.
+    (:mod:`specbayes.model.truncated`); :func:`health` reports every fit.
     """
     config = {**SAMPLER_CONFIG, **overrides}
     if sampler == "numpyro":
@@ -364,11 +364,11 @@ def add_collapsed(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     r"""Add exact posterior draws of the scales integrated out of the sampled density to
     ``idata.posterior``: the noise scale :math:`\sigma`, one from
     :math:`\sigma^2 \mid \mu, y \sim IG(a + n/2, b + \tfrac12\sum r^2)`,
-    :math:`r = (y - \mu)/w`, per draw (:func:`~specbayes.model_next.likelihood.draw_sigma`);
+    :math:`r = (y - \mu)/w`, per draw (:func:`~specbayes.model.likelihood.draw_sigma`);
     in the pooled structure also the sweep costs' scales ``tau`` (dims ``cost``): the
     :math:`\log C_1` deviations' the same way from their draws, :math:`\log C_2`'s fixed
     jitter."""
-    from specbayes.model_next.likelihood import draw_sigma, posterior_log_row_scale
+    from specbayes.model.likelihood import draw_sigma, posterior_log_row_scale
 
     obs = model["log_latency"]
     y = np.asarray(model.rvs_to_values[obs].data)

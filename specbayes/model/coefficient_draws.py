@@ -1,9 +1,9 @@
 """Posterior draws of the six cycle coefficients for any row: a mixin of
-:class:`~specbayes.model_next.fitted.NextFit`.
+:class:`~specbayes.model.fitted.NextFit`.
 
 A unit (verifier, hardware, cell) the fit saw uses its draws; in the pooled structure a cell
 the fit never saw gets the hierarchy's prediction
-(:func:`~specbayes.model_next.hierarchy.log_coefficients`: its group's level, trend and a
+(:func:`~specbayes.model.hierarchy.log_coefficients`: its group's level, trend and a
 fresh cell deviation) — what leave-n-out validation tests. The methods read the fit through
 ``design``, ``seed``, ``_post()``, ``_n()``, ``_rows()``, ``_draft_unit()`` and
 ``_fitted_drafters()`` of the class they are mixed into.
@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from specbayes.model_next.graph import _unit_workload
-from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
-from specbayes.model_next.priors import COEFS
+from specbayes.model.graph import _unit_workload
+from specbayes.model.hierarchy import log_coefficients, trend_covariates
+from specbayes.model.priors import COEFS
 
 
 class CoefficientDraws:
@@ -162,7 +162,7 @@ class CoefficientDraws:
 
     def _new_level(self, keys: pd.Series, rows: pd.DataFrame, group_of, part: str, rng):
         """(sample, row, coef) of the ``part`` coefficients of new cells keyed by ``keys``:
-        :func:`~specbayes.model_next.hierarchy.log_coefficients` of the fitted group level
+        :func:`~specbayes.model.hierarchy.log_coefficients` of the fitted group level
         (``coef_mu`` or ``coef_mu_draft``), trend and a fresh cell deviation."""
         d, post = self.design, self._post()
         names = d.coords["coef_v" if part == "verifier" else "coef_d"]

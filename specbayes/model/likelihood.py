@@ -45,7 +45,7 @@ def log_mean_latency(
     knee : (batch, slope), optional
         The row's knee instead of a curvature (:func:`specbayes.laws.knee_latency`).
     experts : (c1s, ratio, k), optional
-        The ``moe`` level (:mod:`specbayes.model_next.experts`): the row's expert reads per
+        The ``moe`` level (:mod:`specbayes.model.experts`): the row's expert reads per
         request at full coverage :math:`C_{1s}`, :math:`m/M` and k. Then :math:`\mu` is the
         log of the least fixed point :math:`L = (C_1 + \varphi(\lambda L(k+1))\,C_{1s})/
         (1 - \lambda C_2)` (:func:`specbayes.laws.moe_fixed_cost_latency`: Lambert's W for
@@ -93,7 +93,7 @@ def log_row_scale(mu: Any, log_c1: Any, growth: Any, log_count: Any = 0.0) -> An
     utilisation and :math:`n` the requests its mean is taken over — a queue near saturation
     averages fewer independent waits per request (``growth`` :math:`\gamma \ge 0`; 0 is
     constant noise), and a mean of :math:`n` requests has a standard error
-    :math:`\propto n^{-1/2}`. ``log_count`` is :func:`specbayes.model_next.design.log_counts`
+    :math:`\propto n^{-1/2}`. ``log_count`` is :func:`specbayes.model.design.log_counts`
     (0 for a row without a count: the reference row)."""
     return growth * (mu - log_c1) - 0.5 * log_count
 
@@ -101,7 +101,7 @@ def log_row_scale(mu: Any, log_c1: Any, growth: Any, log_count: Any = 0.0) -> An
 def posterior_log_row_scale(post: Any, sweep: np.ndarray, log_count: Any = 0.0) -> np.ndarray:
     r""":func:`log_row_scale` of the fitted rows for every posterior draw (chain, draw, obs):
     at the graph's ``noise_mu`` where it has one (the knee's: the noise grows with the
-    utilisation of the law without it, :mod:`specbayes.model_next.graph`), else at ``mu``.
+    utilisation of the law without it, :mod:`specbayes.model.graph`), else at ``mu``.
 
     ``post`` is the posterior with ``mu`` (and ``noise_mu``); ``sweep`` each row's sweep,
     ``log_count`` its :math:`\log(n/n_\mathrm{ref})`."""

@@ -21,7 +21,7 @@ its tail and burstier under SD: a verify pass emits :math:`E` tokens at once), f
 percentile about 1 at p50 and a tail factor that grows with utilisation where
 :math:`\rho_b > \rho_a`. The shares are partially pooled over sweeps per metric, around a
 level for dense and one for SD sweeps, with a spread :math:`\tau` fixed per family
-(``metric_tau`` in :mod:`specbayes.model_next.priors`):
+(``metric_tau`` in :mod:`specbayes.model.priors`):
 
 .. math::
 

@@ -37,7 +37,7 @@ Pooled structure (coefficients shared across sweeps)
         seed, where the generic prior is healthy — neither makes latent alpha healthy yet.
     ``coef_mu_roofline_sigma``
         Log sd of a group's coefficient around its roofline magnitude
-        (:func:`group_level_prior`, :mod:`specbayes.model_next.physics`), used instead of the
+        (:func:`group_level_prior`, :mod:`specbayes.model.physics`), used instead of the
         generic ``coef_mu`` entry where the catalog knows the verifier and GPU. The prefill
         coefficient ``c1p`` is bounded by the rows only from above; around the generic centre
         with sd 2 its long left tail mixed slowly (``benchmarks/model_core.md``).
@@ -50,7 +50,7 @@ Pooled structure (coefficients shared across sweeps)
         (``physics.roofline_centres``' ``request_s``), which 0.5 allows.
     ``trend``
         Normal prior of the logit of a trended coefficient's share :math:`w` that grows
-        linearly with its cell covariate (:mod:`specbayes.model_next.hierarchy`; median 0.82,
+        linearly with its cell covariate (:mod:`specbayes.model.hierarchy`; median 0.82,
         90 % within 0.46–0.96: mostly proportional, with a part that is not).
     ``alpha_logit``
         Normal prior of the logit of a workload's latent acceptance rate, where its SD rows
@@ -73,7 +73,7 @@ Pooled structure (coefficients shared across sweeps)
     ``c1_dev``
         InverseGamma(3, 6·10⁻⁵) prior of the variance :math:`\tau_{C_1}^2` of a sweep's
         :math:`\log C_1` deviation from the cycle decomposition, integrated out of the
-        sampled density (:func:`specbayes.model_next.levels.c1_deviations`; its draws are
+        sampled density (:func:`specbayes.model.levels.c1_deviations`; its draws are
         taken from the exact conditional after sampling, ``tau``). It weighs as six sweeps
         deviating by 0.45 %: a pooled fit's tens to thousands of sweeps outweigh it. With the
         scale sampled on its log axis, it mixed worst on the demo and the two-drafter set (a
@@ -85,7 +85,7 @@ Pooled structure (coefficients shared across sweeps)
         set, noise 2 %, scale 0.6 %: R-hat 1.35); ``benchmarks/model_core.md``. ``None``: the
         scale sampled with the ``tau`` prior.
     ``share_axis``
-        Trend shares sampled on :class:`specbayes.model_next.transforms.ShareTransform`'s axis (a
+        Trend shares sampled on :class:`specbayes.model.transforms.ShareTransform`'s axis (a
         smooth clamp linear in the share) instead of the logit, the same prior; default
         ``("c2p",)``, the share that sits near 1 (a request's prefill cost growing with its
         prompt), where on the logit axis its posterior was a bent ridge with the small-prefill
@@ -95,7 +95,7 @@ Pooled structure (coefficients shared across sweeps)
         Log-normal prior of :math:`\rho`, the drafter's prefill over the verifier's per
         (verifier, hardware, drafter): an SD request's prefill is :math:`c_p(1 + \rho)`
         (:func:`specbayes.laws.effective_costs`; vLLM's proposer runs over the prompt too).
-        Around the roofline's ratio (:func:`specbayes.model_next.physics.drafter_prefill_share`:
+        Around the roofline's ratio (:func:`specbayes.model.physics.drafter_prefill_share`:
         3.4 % for Qwen3-14B's EAGLE-3 head, 11 % for a Qwen3-1.7B draft model) with log sd
         ``sigma`` (0.25: a ratio of two FLOP counts on one GPU, uncertain by the kernels'
         efficiency at the two sizes; the simulator's measured shares sit within 10 % of the
@@ -133,7 +133,7 @@ Pooled structure (coefficients shared across sweeps)
         the centred form is the funnel). ``True``: all centred, ``False``: none, a tuple: the
         coefficients centred, or a dict of coefficients to centring weights in [0, 1], a
         weight between partly centred (:func:`cell_centring`,
-        :func:`specbayes.model_next.graph._cell_level`); names left out are non-centred.
+        :func:`specbayes.model.graph._cell_level`); names left out are non-centred.
         Default ``True``. For ``c2d`` (see ``cell_coefs``), which a cell's rows identify only
         by the k-dependence of its SD sweeps: centred, the 24 draft cells of the slow tests'
         three-verifier set outweigh ``cell_sd``'s log-normal prior near 0 (two chains sat
@@ -158,14 +158,14 @@ Both
         ``{"mu": m, "sigma": s}``: a batch curvature
         (:func:`specbayes.laws.token_knee_curvature`) whose knee of each (verifier, hardware)
         group is :math:`K_g = R/\omega_g` tokens per pass, :math:`R` the GPU's roofline ridge
-        (:func:`specbayes.model_next.physics.ridge_tokens`), :math:`\log\omega_g \sim
+        (:func:`specbayes.model.physics.ridge_tokens`), :math:`\log\omega_g \sim
         \mathcal N(m, s)`; one per group, shared by its dense and SD sweeps and its cells, so
         the rows of every sweep inform it and a verifier pass's ``k + 1`` tokens per sequence
         put an SD arm's knee ``k + 1`` times earlier. ``{"mu": -1.9, "sigma": 1.5}`` spans a
         knee at a fraction of the ridge to none in practice (the simulator's additive
         roofline); on the real B200 sweeps of ``data/real`` it is 3.5 times the ridge at the
         catalog's sustained fractions (~4.4 decode ridges since the ridge is the decode
-        passes', :data:`specbayes.model_next.physics.DECODE_COMPUTE_SCALE`). Not
+        passes', :data:`specbayes.model.physics.DECODE_COMPUTE_SCALE`). Not
         the default: it makes the predictions beyond the measured loads honest for the real
         server and too pessimistic for the simulated ones, and over both it does not improve
         ``benchmarks/load_extrapolation.md`` (issue 43).
@@ -175,14 +175,14 @@ Both
         (:func:`specbayes.laws.knee_latency`) — past :math:`K_g` tokens per verifier pass,
         :math:`\log(K_g/R) \sim \mathcal N` in roofline ridges :math:`R`, each request
         costs :math:`\kappa_g (k + 1) w c_{2v}` more, :math:`\log\kappa_g \sim \mathcal N`
-        (:func:`specbayes.model_next.graph.sweep_knee`). The form of the simulator's compute
+        (:func:`specbayes.model.graph.sweep_knee`). The form of the simulator's compute
         knee (a hinge in tokens per pass) and of the real servers' bend; on the bundled demo
         it finds the simulator's knee (~500 of its 553 tokens) and excess (~0.2) but its
         posterior has a second mode (``benchmarks/knee.md``).
     ``metric_share``, ``metric_share_sigma``
         Per metric family, the Normal prior (location, this log sd) of the dense and the SD
         level of :math:`\log\rho_a, \log\rho_b`, the metric's shares of :math:`C_1` and of
-        :math:`C_2 B` (:mod:`specbayes.model_next.metrics`): about 1 for a latency percentile
+        :math:`C_2 B` (:mod:`specbayes.model.metrics`): about 1 for a latency percentile
         and for ITL times its :math:`g - 1` tokens; TTFT's prefill and queue a few % of them.
     ``metric_tau``
         Per metric family, the spread (log sd) of a sweep's :math:`\log\rho` around its arm's
@@ -199,7 +199,7 @@ Both
         None (default): Student-t noise (``metric_nu``), one :math:`\sigma` per metric with
         a HalfNormal(``metric_noise``) prior. A number: the HalfNormal scale of :math:`K`,
         the mean upward excess of a tail statistic of one request in units of its Normal
-        noise (:func:`~specbayes.model_next.metrics.log_metric_density`; 10 is what
+        noise (:func:`~specbayes.model.metrics.log_metric_density`; 10 is what
         ``benchmarks/metric_model.md`` measured: the real B200 p99 TTFT's outliers ask for
         ~16, a simulated sweep for none).
     ``wall_softness``
@@ -210,14 +210,14 @@ Both
         InverseGamma(alpha, beta) prior of the variance :math:`\sigma^2` of the
         multiplicative observation noise (log latency); weak: its density is within ~2.5
         nats over :math:`\sigma \in (0.003, 0.05)`. It is integrated out of the sampled
-        density (:func:`specbayes.model_next.likelihood.collapsed_logp`).
+        density (:func:`specbayes.model.likelihood.collapsed_logp`).
     ``noise_growth``
         HalfNormal scale of :math:`\gamma` in the row's noise scale
         :math:`\sigma (1 - x)^{-\gamma}` (:math:`x`: its utilisation). With constant noise a
         sweep's most loaded row, which alone pins its :math:`C_2`, is as precise as the
         idle ones; on the demo 21 of 504 rows then had Pareto k > 0.7 in ``az.loo``.
         In the anchored structure sampled on a softplus axis
-        (:class:`specbayes.model_next.transforms.SoftplusTransform`; the prior is unchanged):
+        (:class:`specbayes.model.transforms.SoftplusTransform`; the prior is unchanged):
         under the log transform the steep upper side of a small sweep's :math:`\gamma`
         posterior was where its rare divergences happened.
 """
@@ -260,7 +260,7 @@ CYCLE_OVERHEAD: dict[str, float] = {"mu": float(np.log(1e-3)), "sigma": 1.0}
 
 #: Its cost per sequence, ``c2c`` of :func:`specbayes.laws.effective_costs` at the trend's
 #: centre cell (proportional to the context, :math:`\bar s = p + g/2`): log-normal around
-#: :func:`specbayes.model_next.physics.spec_seq_centre` with log sd ``sigma`` where the
+#: :func:`specbayes.model.physics.spec_seq_centre` with log sd ``sigma`` where the
 #: catalog knows the verifier and GPU; none where that centre is 0 (a kernel that packs the
 #: GQA group); around ``generic`` (s; about a sequence's KV read at a few hundred tokens) with
 #: ``generic_sigma`` where the catalog does not know the GPU (or the verifier on an FA2 GPU).
@@ -295,7 +295,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     # where the catalog knows the verifier and GPU: its roofline magnitudes, this log sd
     "coef_mu_roofline_sigma": 1.0,
     # moe: a verifier pass's expert reads at full coverage c1s (s), where the catalog does
-    # not know the verifier or GPU (model_next/experts.py)
+    # not know the verifier or GPU (model/experts.py)
     "expert_cost": {"mu": np.log(0.01), "sigma": 2.0},
     # a drafter the catalog does not know: its costs relative to the verifier's
     "drafter_ratio": None,
@@ -322,7 +322,7 @@ DEFAULT_PRIORS: dict[str, dict] = {
     # catalog knows, log-normal around physics.drafter_prefill_share; None = off
     "drafter_prefill": DRAFTER_PREFILL,
     "wall_softness": 0.01,
-    # per-point metrics beside the mean latency (issue 45; specbayes.model_next.metrics)
+    # per-point metrics beside the mean latency (issue 45; specbayes.model.metrics)
     "metric_share": {
         "latency": {"a": 0.0, "b": 0.0},
         "ttft": {"a": float(np.log(0.02)), "b": float(np.log(0.05))},
@@ -349,7 +349,7 @@ def group_level_prior(design, pr: dict, centre: np.ndarray) -> dict[str, tuple]:
     ``(draft_group, coef_d)`` arrays of the drafter coefficients per (verifier, hardware,
     drafter). Where the catalog knows the verifier and GPU (and the drafter, for ``c1d,
     c2d``), the location is the log roofline magnitude of
-    :func:`specbayes.model_next.physics.roofline_centres` at the workload the group level
+    :func:`specbayes.model.physics.roofline_centres` at the workload the group level
     stands for — the trend's centre, :math:`p^* = e^{\bar{\log p}}` and
     :math:`g^* = 2(e^{\overline{\log(p + g/2)}} - p^*)` — with scale
     ``coef_mu_roofline_sigma``; elsewhere the generic ``coef_mu`` entry for the verifier and,
@@ -404,9 +404,9 @@ def centre_cell(design, centre: np.ndarray) -> tuple[float, float]:
 
 def spec_seq_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
     """The draft groups with a ``c2c`` and the log location and scale of each at the trend's
-    centre cell (``spec_seq_overhead``; :func:`specbayes.model_next.physics.spec_seq_centre`;
+    centre cell (``spec_seq_overhead``; :func:`specbayes.model.physics.spec_seq_centre`;
     a group whose centre is 0 has none)."""
-    from specbayes.model_next.physics import spec_seq_centre
+    from specbayes.model.physics import spec_seq_centre
 
     p_star, g_star = centre_cell(design, centre)
     return _draft_group_prior(
@@ -418,10 +418,10 @@ def spec_seq_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, np.ndarr
 def drafter_prefill_prior(design, pr: dict, centre: np.ndarray) -> tuple[list, Any, Any]:
     """The draft groups given a prefill share :math:`\\rho` (the ``drafter_prefill`` prior),
     and its log location and scale for each, at the trend's centre prompt
-    (:func:`specbayes.model_next.physics.drafter_prefill_share`). Where the catalog does not
+    (:func:`specbayes.model.physics.drafter_prefill_share`). Where the catalog does not
     know the verifier, GPU or drafter: around ``generic``, or — ``generic`` None, the
     default — no share (the group is left out)."""
-    from specbayes.model_next.physics import drafter_prefill_share
+    from specbayes.model.physics import drafter_prefill_share
 
     p_star, _ = centre_cell(design, centre)
     return _draft_group_prior(
@@ -450,7 +450,7 @@ def _draft_group_prior(design, prior: dict, centre_of) -> tuple[list, Any, Any]:
 
 def _roofline(design, sweeps, drafter, p_star: float, g_star: float) -> dict | None:
     """Roofline centres of one group's sweeps (:func:`~.physics.roofline_centres`)."""
-    from specbayes.model_next.physics import roofline_centres
+    from specbayes.model.physics import roofline_centres
 
     verifier, hardware, tp, k = _setting(design, sweeps)
     coverage = design.level == "moe"  # the experts' tangent is the coverage's c1s there
@@ -482,7 +482,7 @@ TAIL_EXCESS = 10.0
 
 def cell_centring(pr: dict) -> dict[str, float]:
     """Centring weight of each of ``pr``'s cell coefficients (its ``centred_cells``): 1
-    centred, 0 non-centred (:func:`specbayes.model_next.graph._cell_level`).
+    centred, 0 non-centred (:func:`specbayes.model.graph._cell_level`).
 
     Raises
     ------

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from specbayes.model_next.priors import TRENDED
+from specbayes.model.priors import TRENDED
 
 
 def log_coefficients(

@@ -21,9 +21,9 @@ import xarray as xr
 from specbayes import laws, plan
 from specbayes.data import SweepTable, validate_sweeps
 from specbayes.fit import FitFileError, load_fit
-from specbayes.model_next import build_design, build_model
-from specbayes.model_next.fitted import _ANSWER_VARIABLES, NextFit, stored_priors
-from specbayes.model_next.sampling import add_collapsed
+from specbayes.model import build_design, build_model
+from specbayes.model.fitted import _ANSWER_VARIABLES, NextFit, stored_priors
+from specbayes.model.sampling import add_collapsed
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -77,7 +77,7 @@ def anchored():
 def two_drafters():
     """One verifier, an EAGLE-3-sized head and a 1B draft model, three k each, four cells,
     alpha unknown (simulated from the model): the pooled structure with draft units."""
-    from specbayes.model_next.simulate import simulate_sweeps
+    from specbayes.model.simulate import simulate_sweeps
 
     df, _ = simulate_sweeps(
         drafters=(("EAGLE3-8B", 0.25e9), ("Draft-1B", 1e9)), unknown_alpha=True, seed=2
@@ -196,7 +196,7 @@ def test_planner_compares_drafters(two_drafters):
 def test_one_k_leaves_alpha_to_the_prior():
     """A drafter swept at one k on a workload: its alpha rests on the prior, and the summary
     says which (workload, drafter)."""
-    from specbayes.model_next.simulate import simulate_sweeps
+    from specbayes.model.simulate import simulate_sweeps
 
     df, _ = simulate_sweeps(ks=(3,), unknown_alpha=True, cells=((256, 256), (512, 512)), seed=1)
     fit = mock_fit(validate_sweeps(df, allow_unknown_alpha=True), draws=5)
@@ -238,7 +238,7 @@ def test_planner_on_a_next_fit(pooled):
 
 
 def test_save_and_load(pooled, tmp_path, monkeypatch):
-    from specbayes.model_next.priors import DEFAULT_PRIORS
+    from specbayes.model.priors import DEFAULT_PRIORS
 
     path = pooled.save(tmp_path / "fit.nc")
     # the defaults move after the fit was saved (here: C1's sweeps back to non-centred) - the
@@ -345,7 +345,7 @@ def test_demo_fit_next_core():
 @pytest.mark.parametrize("case", small_sweeps.all_case_names())
 def test_small_sweep_fit_next_core(case):
     """A user's small sweep (dense + one SD arm, alpha unknown) fits healthy at the defaults."""
-    from specbayes.model_next.fitted import fit_next
+    from specbayes.model.fitted import fit_next
 
     result = fit_next(small_sweeps.case(case).table, seed=1)
     assert result.summary()["healthy"], result.summary()
@@ -377,7 +377,7 @@ def test_curvature_covers_the_real_sd_arms_beyond_the_measured_loads():
     ``benchmarks/load_extrapolation.md``); every fit healthy."""
     import load_extrapolation as bench
 
-    from specbayes.model_next.priors import KNEE_PRIOR
+    from specbayes.model.priors import KNEE_PRIOR
 
     scores, healthy = [], []
     for name, rows in bench.table_pairs(bench.REAL, "real").items():

@@ -8,7 +8,7 @@ r"""The model graph: :func:`build_model` reads top to bottom as the math.
 Each sweep :math:`s` (one configuration over load) has its own costs :math:`C_{1s}, C_{2s}`
 — the combinations the data identify, sampled as axes. How they relate to the six cycle
 coefficients (:func:`specbayes.laws.effective_costs`) depends on the structure
-(:mod:`specbayes.model_next.design`):
+(:mod:`specbayes.model.design`):
 
 *anchored* (:func:`anchored_costs`) — a unit's dense costs and its SD sweeps' ratios
 :math:`C_{jR} = C_{j,\mathrm{sd}}/C_{j,\mathrm{dense}}` are sampled; the prefill shares and,
@@ -17,7 +17,7 @@ feasible intervals; the coefficients are derived exactly (the decomposition hold
 is sampled against a ridge);
 
 *pooled* (:func:`pooled_costs`) — the coefficients follow the hierarchy
-(:mod:`specbayes.model_next.hierarchy`) and each sweep's log costs are Normal around the
+(:mod:`specbayes.model.hierarchy`) and each sweep's log costs are Normal around the
 decomposition with scale :math:`\tau`.
 
 In both, an open-loop sweep's :math:`\log C_2` is truncated above at
@@ -36,18 +36,18 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from specbayes import laws
-from specbayes.model_next.design import Design
-from specbayes.model_next.experts import expert_costs
-from specbayes.model_next.hierarchy import log_coefficients, trend_covariates
-from specbayes.model_next.levels import below_wall, c1_deviations, sweep_level
-from specbayes.model_next.likelihood import (
+from specbayes.model.design import Design
+from specbayes.model.experts import expert_costs
+from specbayes.model.hierarchy import log_coefficients, trend_covariates
+from specbayes.model.levels import below_wall, c1_deviations, sweep_level
+from specbayes.model.likelihood import (
     collapsed_logp,
     collapsed_random,
     log_mean_latency,
     log_row_scale,
 )
-from specbayes.model_next.metrics import check_metrics, metric_likelihood
-from specbayes.model_next.priors import (
+from specbayes.model.metrics import check_metrics, metric_likelihood
+from specbayes.model.priors import (
     COEFS,
     cell_centring,
     drafter_prefill_prior,
@@ -55,9 +55,9 @@ from specbayes.model_next.priors import (
     merge_priors,
     spec_seq_prior,
 )
-from specbayes.model_next.rows import rows_logp, rows_random
-from specbayes.model_next.transforms import SHARE_AXIS, SOFTPLUS, LowerSoftplus, SoftplusTransform
-from specbayes.model_next.truncated import TruncatedNormal
+from specbayes.model.rows import rows_logp, rows_random
+from specbayes.model.transforms import SHARE_AXIS, SOFTPLUS, LowerSoftplus, SoftplusTransform
+from specbayes.model.truncated import TruncatedNormal
 
 #: Held while :func:`build_model` builds a model. Two models built at once in one process (a
 #: Dask cluster of threads) got densities that differ in floating-point order from the same
@@ -67,7 +67,7 @@ from specbayes.model_next.truncated import TruncatedNormal
 _BUILD_LOCK = threading.Lock()
 
 #: Write the observed rows' density, where the law has no batch curvature or knee, as one
-#: compiled pass over the rows (:mod:`specbayes.model_next.rows`: on the paper set's dense
+#: compiled pass over the rows (:mod:`specbayes.model.rows`: on the paper set's dense
 #: verifiers 1.5x faster per gradient, ``benchmarks/likelihood_speed.md``); ``False`` writes
 #: the same density with PyTensor (what the benchmark compares it with).
 COMPILED_ROWS = True
@@ -79,12 +79,12 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
     Parameters
     ----------
     design : Design
-        From :func:`specbayes.model_next.design.build_design`.
+        From :func:`specbayes.model.design.build_design`.
     priors : dict, optional
-        Overrides of :data:`specbayes.model_next.priors.DEFAULT_PRIORS`.
+        Overrides of :data:`specbayes.model.priors.DEFAULT_PRIORS`.
     metrics : tuple of str
         Per-point metrics to model beside the mean latency, sharing its costs and batch
-        (:mod:`specbayes.model_next.metrics`): observed ``log_metric`` (dims ``metric_obs``).
+        (:mod:`specbayes.model.metrics`): observed ``log_metric`` (dims ``metric_obs``).
 
     Returns
     -------
@@ -167,7 +167,7 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
 
 def _experts(design: Design, pr: dict, passes, c3, knee):
     """The rows' ``experts`` argument of :func:`log_mean_latency` on the ``moe`` level
-    (:func:`~specbayes.model_next.experts.expert_costs`), else ``None``."""
+    (:func:`~specbayes.model.experts.expert_costs`), else ``None``."""
     if design.level != "moe":
         return None
     if c3 is not None or knee is not None:
@@ -281,7 +281,7 @@ def sweep_curvature(design: Design, pr: dict, c2p, c2v, c2d, passes):
         C_{3s} = \mathrm{token\_knee\_curvature}(c_{2p}, c_{2v}, c_{2d}, w_s, k_s; K_{g(s)})
 
     one knee :math:`K_g` (tokens per pass) per (verifier, hardware) around the GPU's roofline
-    ridge :math:`R` (:func:`specbayes.model_next.physics.ridge_tokens`), shared by every
+    ridge :math:`R` (:func:`specbayes.model.physics.ridge_tokens`), shared by every
     sweep of the group: the rows of its dense and SD sweeps and its cells all inform it.
     Where they do not reach — loads beyond the measured ones — the prior's range of
     :math:`\omega`, from no curvature to a knee at a fraction of the ridge, is what the
@@ -289,7 +289,7 @@ def sweep_curvature(design: Design, pr: dict, c2p, c2v, c2d, passes):
     """
     if pr["inverse_knee"] is None:
         return None
-    from specbayes.model_next.physics import ridge_tokens
+    from specbayes.model.physics import ridge_tokens
 
     groups = design.coords["group"]
     ridge = np.array([ridge_tokens(g.split("|", 1)[1]) for g in groups])
@@ -314,7 +314,7 @@ def sweep_knee(design: Design, pr: dict, passes, c2v_group):
 
     one knee in tokens per verifier pass :math:`K_g` and one excess :math:`\kappa_g` per
     (verifier, hardware), around the GPU's roofline ridge :math:`R`
-    (:func:`specbayes.model_next.physics.ridge_tokens`): past :math:`B_K = K/(k+1)` requests
+    (:func:`specbayes.model.physics.ridge_tokens`): past :math:`B_K = K/(k+1)` requests
     each request costs :math:`\Delta = \kappa(k+1)w\,\bar c_{2v}` more
     (:func:`specbayes.laws.knee_latency`). Every sweep of the group informs them — an SD arm
     reaches the knee :math:`k + 1` times sooner than its dense arm. :math:`\bar c_{2v}`
@@ -327,7 +327,7 @@ def sweep_knee(design: Design, pr: dict, passes, c2v_group):
     prior = pr.get("knee")
     if prior is None:
         return None
-    from specbayes.model_next.physics import ridge_tokens
+    from specbayes.model.physics import ridge_tokens
 
     groups = design.coords["group"]
     ridge = np.array([ridge_tokens(g.split("|", 1)[1]) for g in groups])
@@ -401,7 +401,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
 
         \log c_{uj} &= \mu_{g(u)j} + \log(1 - w_j + w_j e^{t_{uj}}) + d_{uj}, \qquad
         d_{uj} \sim \mathcal N(0, s_j) \text{ (0 for coefficients without a cell level)}
-        \quad(:func:`~specbayes.model_next.hierarchy.log_coefficients`) \\
+        \quad(:func:`~specbayes.model.hierarchy.log_coefficients`) \\
         (C_{1s}^{\mathrm{eff}}, C_{2s}^{\mathrm{eff}}) &=
         \mathrm{effective\_costs}(c_{u(s)}, g_s, \alpha_s, k_s) \\
         \log C_{1s} &\sim \mathcal N(\log C_{1s}^{\mathrm{eff}}, \tau_1), \qquad
@@ -414,11 +414,11 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     group levels per (verifier, hardware, drafter) — several drafters of one verifier each
     have their own, pooled across its cells by the same trend shares :math:`w` and cell
     scales :math:`s`. :math:`\mu` is centred at the roofline magnitudes where the catalog
-    knows the verifier, GPU and drafter (:func:`~specbayes.model_next.priors.group_level_prior`),
-    :math:`\tau_1` learned — integrated out (:func:`~specbayes.model_next.levels.c1_deviations`;
+    knows the verifier, GPU and drafter (:func:`~specbayes.model.priors.group_level_prior`),
+    :math:`\tau_1` learned — integrated out (:func:`~specbayes.model.levels.c1_deviations`;
     sampled where the ``c1_dev`` prior is None) — and :math:`\tau_2` a fixed jitter; each
     sweep's log C1 is sampled centred, its log C2 non-centred
-    (:func:`~specbayes.model_next.levels.sweep_level`, ``centred_sweeps``).
+    (:func:`~specbayes.model.levels.sweep_level`, ``centred_sweeps``).
     """
     coefs = design.coords["coef"]
     trend, centre = trend_covariates(*_unit_workload(design), coefs)
@@ -483,7 +483,7 @@ def _trend_shares(design: Design, pr: dict):
     \mathcal N(m, s)` (``trend``), dims ``coef_t``.
 
     Sampled on the logit axis; those in ``share_axis`` (default ``("c2p",)``) on
-    :class:`~specbayes.model_next.transforms.ShareTransform`'s (the same prior): a request's
+    :class:`~specbayes.model.transforms.ShareTransform`'s (the same prior): a request's
     prefill cost per concurrent request grows about in proportion to its prompt
     (``docs/model.md``), so its share sits near 1, where the logit axis stretches a posterior
     that the small-prefill cells pin linearly in :math:`w` into a skewed, bent ridge (the
@@ -514,10 +514,10 @@ def _spec_seq_overhead(design: Design, pr: dict, trend: np.ndarray, centre: np.n
     With the ``spec_seq_overhead`` prior: one :math:`\log c^*_{2c} \sim \mathcal N(m, s)` per
     (verifier, hardware, drafter) at the trend's centre cell (``spec_seq_group``: the groups
     whose GPU runs a verification's queries unpacked, or that the catalog does not know), from
-    :func:`~specbayes.model_next.priors.spec_seq_prior`, scaled to a workload by its context,
+    :func:`~specbayes.model.priors.spec_seq_prior`, scaled to a workload by its context,
     :math:`c_{2c} = c^*_{2c}\,\bar s_u/\bar s^*` with :math:`\bar s = p + g/2` (the
     attention work a verification computes unpacked grows with the context it attends to:
-    :func:`specbayes.model_next.physics.spec_seq_centre`).
+    :func:`specbayes.model.physics.spec_seq_centre`).
     """
     if pr.get("spec_seq_overhead") is None or not design.coords["draft_unit"]:
         return 0.0
@@ -536,7 +536,7 @@ def _drafter_prefill(design: Design, pr: dict, centre: np.ndarray):
     r"""Each sweep's drafter prefill share :math:`\rho` (0 on dense sweeps).
 
     With the ``drafter_prefill`` prior: one :math:`\log\rho \sim \mathcal N(m, s)` per
-    (verifier, hardware, drafter) (:func:`~specbayes.model_next.priors.drafter_prefill_prior`),
+    (verifier, hardware, drafter) (:func:`~specbayes.model.priors.drafter_prefill_prior`),
     the same in every cell: the drafter's prompt compute over the verifier's, which the
     cells' prompt lengths barely move (3.36–3.32 % for an EAGLE-3 head from 256 to 4,096
     tokens, 10.8–11.7 % for a draft model). An SD request's prefill then costs
@@ -676,7 +676,7 @@ def _log_gamma_random(a, b, rng=None, size=None):
 
 def _cell_level(pr: dict, dim: str, names: list, mu, group: np.ndarray, trend, share, cell_sd):
     r"""Log coefficients ``names`` of every ``dim`` member (a unit or a draft unit):
-    :func:`~specbayes.model_next.hierarchy.log_coefficients` of its group level ``mu``, trend
+    :func:`~specbayes.model.hierarchy.log_coefficients` of its group level ``mu``, trend
     and — for the coefficients in ``cell_coefs`` — a cell deviation of scale ``cell_sd``.
 
     Centred (weight 1 in ``centred_cells``): the cell's log coefficient itself is sampled,

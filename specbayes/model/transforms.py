@@ -27,8 +27,8 @@ class SoftplusTransform(Transform):
     as Gaussian as in :math:`\gamma`.
 
     ``cycle_overhead`` and a catalogued drafter's levels (:math:`a` = the prior median): see
-    :func:`specbayes.model_next.graph._cycle_overhead` and
-    :func:`specbayes.model_next.graph._drafter_levels`."""
+    :func:`specbayes.model.graph._cycle_overhead` and
+    :func:`specbayes.model.graph._drafter_levels`."""
 
     name = "softplus"
 
@@ -104,7 +104,7 @@ class LowerSoftplus(Transform):
     unchanged; only the sampler's coordinate is.
 
     The anchored structure's SD/dense cost ratios
-    (:func:`specbayes.model_next.graph.anchored_costs`): with a dense sweep whose :math:`C_2`
+    (:func:`specbayes.model.graph.anchored_costs`): with a dense sweep whose :math:`C_2`
     its rows barely pin, the SD sweep's cost :math:`\log C_{2u} + \log C_{2R}` is pinned while
     each part is not, and on PyMC's log axis above the floor that is a bent ridge; linear
     beyond :math:`a` it is straight."""

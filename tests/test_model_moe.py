@@ -1,4 +1,4 @@
-"""The ``moe`` level of the default core (``specbayes.model_next.experts``), without sampling.
+"""The ``moe`` level of the default core (``specbayes.model.experts``), without sampling.
 
 The expert coverage's mean latency is one function for graph and prediction and equals
 :mod:`specbayes.laws`' fixed point; the design refuses what the level cannot fit, in one line;
@@ -18,10 +18,10 @@ import pytest
 
 from specbayes import laws
 from specbayes.data import validate_sweeps
-from specbayes.model_next import build_design, build_model
-from specbayes.model_next.experts import expert_counts, expert_ratios
-from specbayes.model_next.likelihood import log_mean_latency
-from specbayes.model_next.physics import roofline_centres
+from specbayes.model import build_design, build_model
+from specbayes.model.experts import expert_counts, expert_ratios
+from specbayes.model.likelihood import log_mean_latency
+from specbayes.model.physics import roofline_centres
 
 REPO = Path(__file__).resolve().parents[1]
 
