@@ -131,6 +131,18 @@ def test_moe_unseen_cell_reads_its_experts(moe):
     assert np.all(np.diff(np.where(np.isfinite(lat), lat, np.inf), axis=1) > 0)
 
 
+def test_moe_summary_and_cli_name_the_expert_reads(moe):
+    """``specbayes fit --model moe`` prints each group's c1s beside the roofline's."""
+    from specbayes.commands.fit import format_summary
+
+    summary = moe.summary()
+    ((group, (mid, lo, hi, roof)),) = summary["expert_reads"].items()
+    assert group == "Qwen3-30B-A3B|H100-SXM"
+    assert lo <= mid <= hi and roof == pytest.approx(0.02164, rel=0.01)
+    text = format_summary(summary)
+    assert f"expert reads c1s {group}: {1e3 * mid:.2f} ms" in text and "roofline 21.64" in text
+
+
 def test_unseen_cell_from_the_hierarchy(pooled):
     rows = (
         pooled.data[pooled.data["k"] > 0]

@@ -199,6 +199,12 @@ def format_summary(summary: dict) -> str:
             f"{summary['scout_restarted']} chain(s) began at the best scouting chain's position: "
             "their scouting warmup ended trapped far below it"
         )
+    for group, (mid, lo, hi, roof) in (summary.get("expert_reads") or {}).items():
+        against = f"roofline {1e3 * roof:.2f} ms" if roof else "no roofline: uncatalogued"
+        lines.append(
+            f"expert reads c1s {group}: {1e3 * mid:.2f} ms per verifier pass at full coverage "
+            f"(90 %: {1e3 * lo:.2f}–{1e3 * hi:.2f}; {against})"
+        )
     lines.append("healthy" if summary["healthy"] else "NOT healthy")
     return "\n".join(lines)
 

@@ -83,24 +83,44 @@ def expert_ratios(data: pd.DataFrame, verifiers: np.ndarray) -> np.ndarray:
     return np.array([ratio[v] for v in verifiers], dtype=float)
 
 
-def expert_prior(design, pr: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Location and scale of each group's :math:`\\log c_{1s}` (module docstring)."""
+def roofline_reads(design) -> list[float | None]:
+    """Each group's roofline full-coverage expert read (s), ``None`` where the catalog does
+    not know the verifier or GPU."""
     from specbayes.model.physics import roofline_centres
     from specbayes.model.priors import _setting
 
     sweeps = design.extra["sweeps"]
-    generic = pr["expert_cost"]
-    loc, scale = [], []
+    reads = []
     for group in design.coords["group"]:
         verifier, hardware, tp, _ = _setting(design, sweeps[sweeps["group"] == group])
         centres = roofline_centres(verifier, hardware, None, 512.0, 256.0, tp=tp, coverage=True)
-        if centres and centres.get("c1s", 0.0) > 0:
-            loc.append(np.log(centres["c1s"]))
-            scale.append(pr["coef_mu_roofline_sigma"])
-        else:
-            loc.append(generic["mu"])
-            scale.append(generic["sigma"])
+        c1s = (centres or {}).get("c1s", 0.0)
+        reads.append(c1s if c1s > 0 else None)
+    return reads
+
+
+def expert_prior(design, pr: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Location and scale of each group's :math:`\\log c_{1s}` (module docstring)."""
+    generic = pr["expert_cost"]
+    loc, scale = [], []
+    for read in roofline_reads(design):
+        known = read is not None
+        loc.append(np.log(read) if known else generic["mu"])
+        scale.append(pr["coef_mu_roofline_sigma"] if known else generic["sigma"])
     return np.array(loc), np.array(scale)
+
+
+def expert_reads(posterior, design) -> dict[str, list[float | None]]:
+    """Per (verifier, hardware) group of a ``moe`` fit: the posterior median of
+    :math:`c_{1s}`, its central 90 % interval and the roofline's read (s; ``None`` where the
+    catalog does not know it) — what ``specbayes fit`` prints beside the health table."""
+    draws = posterior["expert_cost"].values.reshape(-1, len(design.coords["group"]))
+    lo, mid, hi = np.quantile(draws, [0.05, 0.5, 0.95], axis=0)
+    roof = roofline_reads(design)
+    return {
+        g: [float(mid[i]), float(lo[i]), float(hi[i]), roof[i]]
+        for i, g in enumerate(design.coords["group"])
+    }
 
 
 def expert_costs(design, pr: dict, passes):

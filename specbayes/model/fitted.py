@@ -41,7 +41,7 @@ from specbayes import __version__, laws
 from specbayes.data import SweepTable, sweep_labels, validate_sweeps
 from specbayes.model.coefficient_draws import CoefficientDraws
 from specbayes.model.design import Design, build_design, configuration_key, log_counts
-from specbayes.model.experts import expert_ratios
+from specbayes.model.experts import expert_ratios, expert_reads
 from specbayes.model.graph import build_model
 from specbayes.model.likelihood import (
     log_density,
@@ -608,6 +608,12 @@ class NextFit(CoefficientDraws):
             },
             "uncatalogued": self.uncatalogued,
             "alpha_from_prior": self.alpha_from_prior(),
+            # moe: each group's expert reads c1s (median, 90 %, roofline), else empty
+            "expert_reads": (
+                expert_reads(self.idata.posterior, self.design)
+                if "expert_cost" in self.idata.posterior
+                else {}
+            ),
             "sampler_config": dict(self.config["sampler_config"]),
         }
 
