@@ -423,3 +423,19 @@ def test_fit_summary_says_when_the_start_search_did_not_converge():
         {**base, "scout_restarted": 1}
     )
     assert "scouting" not in format_summary({**base, "scout_restarted": 0})
+
+
+@pytest.mark.slow
+def test_moe_fit_on_paper_rows_is_healthy_and_finds_the_expert_reads():
+    """The moe level on four cells of an MoE verifier (both prompt and output lengths vary):
+    healthy at the defaults, and the expert reads within 5 % of the roofline the simulator
+    costs them with (``benchmarks/moe.md``)."""
+    from moe_level import CELLS, rows
+
+    from specbayes.fit import fit
+
+    result = fit(rows("Qwen3-30B-A3B", "H100-SXM", CELLS), model="moe", progress=False)
+    s = result.summary()
+    assert s["healthy"], s
+    ((mid, lo, hi, roof),) = s["expert_reads"].values()
+    assert abs(mid / roof - 1) < 0.05 and lo < mid < hi
