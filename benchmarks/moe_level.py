@@ -75,7 +75,8 @@ def one_fit(data, level: str) -> dict:
         q = np.quantile(post["expert_cost"].values.reshape(-1, post["expert_cost"].shape[-1]),
                         [0.05, 0.5, 0.95], axis=0)  # fmt: skip
         out["c1s"] = "; ".join(
-            f"{g}: {1e3 * q[1, i]:.2f} ms ({1e3 * q[0, i]:.2f}–{1e3 * q[2, i]:.2f})"
+            f"{g.replace('|', ' on ')}: {1e3 * q[1, i]:.2f} ms ({1e3 * q[0, i]:.2f}–"
+            f"{1e3 * q[2, i]:.2f})"
             for i, g in enumerate(post["expert_cost"].coords["group"].values)
         )
     print(out, flush=True)
@@ -108,7 +109,8 @@ def main() -> None:
     lines = [
         f"| {r['level']} | {r['rows']} | {r['wall_s']:.0f} | {r['compile_s']:.0f} | "
         f"{r['sample_s']:.0f} | {r['divergences']} | {r['max_r_hat']:.2f} | "
-        f"{r['min_ess_bulk']:.0f} | `{r['worst']}` | {r['sigma']:.4f} | {r['elpd_loo']:.0f} | "
+        f"{r['min_ess_bulk']:.0f} | `{r['worst'].replace('|', ', ')}` | {r['sigma']:.4f} | "
+        f"{r['elpd_loo']:.0f} | "
         f"{r['pareto_k_07']} | {r['c1s']} |"
         for r in results
     ]
