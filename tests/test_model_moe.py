@@ -168,3 +168,15 @@ def test_fixed_cost_moe_latency_closed_form_and_graph_agree_over_a_wide_range():
     graph = pytensor.function([x], laws.moe_fixed_cost_latency(rps, x, c1s, c2, ratio, 1.0, k))
     np.testing.assert_allclose(graph(c1), want, rtol=1e-9)
     assert np.isinf(laws.moe_fixed_cost_latency(2.0, 0.1, 0.1, 0.5, 0.1, 1.0, 1))
+
+
+def test_moe_model_lowers_to_jax_with_pymcs_gradient(moe_rows):
+    """NumPyro samples the moe level too: its JAX density and gradient at the initial point
+    are PyTensor's (the Newton steps' ``disconnected_grad`` and the implicit step lower)."""
+    pytest.importorskip("numpyro")
+    from jax_gradient import assert_jax_gradient_is_pymcs
+
+    from specbayes import parallel
+
+    assert parallel.jax_chain_method(2) in ("parallel", "sequential", "vectorized")
+    assert_jax_gradient_is_pymcs(build_model(build_design(validate_sweeps(moe_rows), "moe")))
