@@ -9,15 +9,15 @@ sequence routes its :math:`k + 1` verified tokens), where :math:`c_{1s}` — eve
 every layer, read once — is one cost per (verifier, hardware): the expert weights are the
 same bytes in every workload.
 
-Per sweep :math:`s` of group :math:`g` with :math:`w_s = g_s/E_s` verifier passes per
-request, the expert part of a request's latency at full coverage is
-:math:`C_{1s,s} = w_s\,c_{1s,g}`, and its mean latency is the least fixed point
+Per sweep of group :math:`g` with :math:`w = g/E` verifier passes per request, the expert
+part of a request's latency at full coverage is :math:`X = w\,c_{1s,g}` (``expert_c1``), and
+with the sweep's costs :math:`C_1, C_2` its mean latency is the least fixed point
 
 .. math::
 
-    L = \frac{C_{1s} + \varphi(\lambda L (k + 1))\,C_{1s,s}}{1 - \lambda C_{2s}}
+    L = \frac{C_1 + \varphi(\lambda L (k + 1))\,X}{1 - \lambda C_2}
     \quad\text{(open loop)}, \qquad
-    L = C_{1s} + N C_{2s} + \varphi(N (k + 1))\,C_{1s,s} \quad\text{(closed loop)}
+    L = C_1 + N C_2 + \varphi(N (k + 1))\,X \quad\text{(closed loop)}
 
 (:func:`specbayes.model.likelihood.log_mean_latency`). The expert reads have no
 per-sequence part: their compute per token is the active parameters' and sits in
@@ -124,7 +124,7 @@ def expert_reads(posterior, design) -> dict[str, list[float | None]]:
 
 
 def expert_costs(design, pr: dict, passes):
-    r"""Each sweep's expert reads per request at full coverage, :math:`C_{1s,s} = w_s\,c_{1s,g(s)}`
+    r"""Each sweep's expert reads per request at full coverage, :math:`X = w\,c_{1s,g}`
     (``expert_c1``, dims ``sweep``), from one ``expert_cost`` :math:`c_{1s}` per group."""
     loc, scale = expert_prior(design, pr)
     c1s = pm.LogNormal("expert_cost", loc, scale, dims="group")
