@@ -180,3 +180,12 @@ def test_moe_model_lowers_to_jax_with_pymcs_gradient(moe_rows):
 
     assert parallel.jax_chain_method(2) in ("parallel", "sequential", "vectorized")
     assert_jax_gradient_is_pymcs(build_model(build_design(validate_sweeps(moe_rows), "moe")))
+
+
+def test_moe_fit_refuses_metrics_in_one_line(moe_rows):
+    """The metric models do not see the expert coverage yet: asking for them is one line,
+    before any work."""
+    from specbayes.model.fitted import fit_next
+
+    with pytest.raises(ValueError, match="metric models are on the dense and sd levels"):
+        fit_next(moe_rows, "moe", metrics=("ttft_p50",))
