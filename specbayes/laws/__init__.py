@@ -7,7 +7,8 @@ checks, the planner and the tests all call these.
 
 The cheap closed forms (:func:`expected_tokens`, :func:`effective_costs`, :func:`latency`,
 :func:`closed_loop_latency`, :func:`expert_coverage`, :func:`moe_latency_unrolled`,
-:func:`moe_latency_implicit`, :func:`moe_fixed_cost_latency`) also accept PyTensor tensors,
+:func:`moe_latency_implicit`, :func:`moe_fixed_cost_latency`,
+:func:`moe_closed_loop_latency`) also accept PyTensor tensors,
 so the model graph uses the very same code; with NumPy inputs PyTensor is never imported.
 
 Notation
@@ -79,6 +80,7 @@ from specbayes.laws.moe import (
     MOE_IMPLICIT_NEWTON,
     SLOPE_CAP,
     expert_coverage,
+    moe_closed_loop_latency,
     moe_fixed_cost_latency,
     moe_latency,
     moe_latency_implicit,
@@ -115,6 +117,7 @@ __all__ = [
     "latency_sensitivities",
     "log_headroom",
     "marginal_acceptance",
+    "moe_closed_loop_latency",
     "moe_fixed_cost_latency",
     "moe_latency",
     "moe_latency_implicit",

@@ -364,6 +364,22 @@ def moe_latency_implicit(
     return _moe_newton(args, disconnected_grad(current), xp, wall_softness)
 
 
+def moe_closed_loop_latency(
+    concurrency: Any, c1: Any, c1s: Any, c2: Any, m: Any, M: Any, k: Any = 0
+) -> Any:
+    r"""Closed-loop MoE latency when the coverage weighs the fixed cost only
+    (:math:`C_{2s} = 0`, as :func:`moe_fixed_cost_latency`).
+
+    .. math::  L(N) = C_1 + N C_2 + \varphi(N (k + 1))\, C_{1s}
+
+    With ``N`` requests always in flight the batch is ``N`` (:func:`closed_loop_latency`), so
+    the routed tokens are known and there is no fixed point.
+    """
+    xp = _namespace(concurrency, c1, c1s, c2, m, M, k)
+    tokens = concurrency * (_as_float(k, xp) + 1.0)
+    return c1 + concurrency * c2 + expert_coverage(tokens, m, M) * c1s
+
+
 #: Newton steps of :func:`moe_fixed_cost_latency` in a graph, from the upper bound.
 MOE_FIXED_NEWTON = 8
 

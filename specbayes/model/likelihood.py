@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from specbayes import laws
+from specbayes.laws._common import _namespace
 
 
 def log_mean_latency(
@@ -63,21 +64,13 @@ def log_mean_latency(
 
 def _log_moe_latency(c1: Any, c2: Any, load: Any, closed: Any, c1s: Any, ratio: Any, k: Any):
     """:func:`log_mean_latency` of the ``moe`` level (its docstring)."""
-    numpy = isinstance(c1, np.ndarray)
-    if numpy:
-        where, log = np.where, np.log
-    else:
-        import pytensor.tensor as pt
-
-        where, log = pt.where, pt.log
-    # an open-loop row's rate; 0 on closed-loop rows, whose branch below is explicit
-    rps = where(closed, 0.0, load)
+    xp = _namespace(c1, c2, c1s)
+    # each branch at a harmless load on the other loop's rows (0: the law at idle)
+    rps, streams = xp.where(closed, 0.0, load), xp.where(closed, load, 0.0)
     with np.errstate(all="ignore"):
         open_loop = laws.moe_fixed_cost_latency(rps, c1, c1s, c2, ratio, 1.0, k)
-        streams = where(closed, load, 0.0)
-        covered = laws.expert_coverage(streams * (k + 1.0), ratio, 1.0)
-        closed_loop = c1 + streams * c2 + covered * c1s
-        return log(where(closed, closed_loop, open_loop))
+        closed_loop = laws.moe_closed_loop_latency(streams, c1, c1s, c2, ratio, 1.0, k)
+        return xp.log(xp.where(closed, closed_loop, open_loop))
 
 
 def _pt_exp(x: Any) -> Any:
