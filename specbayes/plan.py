@@ -52,6 +52,7 @@ __all__ = [
     "cost_ratios",
     "curvature",
     "effective_cost_draws",
+    "experts",
     "fitted_closed_loop",
     "knee",
     "measured_max_rps",
@@ -70,6 +71,8 @@ CYCLE_COSTS = laws.SPECULATIVE_COSTS
 KNEES = ("knee_tokens",)
 #: The experimental knee's draws (``priors={"knee": ...}``), per row when the fit has them.
 KNEE_LAW = ("knee_at", "knee_excess", "knee_c2v")
+#: The ``moe`` level's draws: a pass's expert reads at full coverage and m/M.
+EXPERTS = ("c1s", "expert_ratio")
 DEFAULT_KS: tuple[int, ...] = tuple(range(0, 11))
 #: P(C2R > 1) at or above which a configuration gets the note's "red flag".
 RED_FLAG_PROB = 0.9
@@ -167,13 +170,9 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
     All arms are evaluated in one ``fit.coefficients`` call, so arms sharing a verifier,
     hardware and cell share the same draws of their common coefficients. Cells the fit
     never saw are predicted by the model (trend plus a per-cell deviation drawn from its
-    prior); an unknown verifier or hardware raises ``ValueError`` from the fit.
+    prior); an unknown verifier or hardware raises ``ValueError`` from the fit. A ``moe`` fit
+    adds its expert reads ``c1s`` and ``expert_ratio`` (m/M) (:func:`experts`).
     """
-    if getattr(fit, "model_name", "sd") == "moe":
-        raise ValueError(
-            "the planner evaluates the sd cycle law; planning with the MoE coverage fixed point "
-            "is not built yet — fit the sd model for planning"
-        )
     # ask for SD rows (k >= 1) so the drafter coefficients are filled; a fit that knows no
     # drafter for this verifier answers for dense rows only
     rows = pd.concat([replace(a, k=max(a.k, 1)).row() for a in arms], ignore_index=True)
@@ -186,7 +185,7 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
     n = ds.sizes["sample"]
     # the experimental knee's draws only where the fit has them: their absence is the
     # "no knee" that every law below is told with knee=None
-    law = tuple(name for name in KNEE_LAW if name in ds)
+    law = tuple(name for name in KNEE_LAW + EXPERTS if name in ds)
     return [
         {
             **{
@@ -228,8 +227,8 @@ def _alpha_draws(fit: Any, arm: Arm, n: int, k: np.ndarray) -> np.ndarray:
 def _costs(
     fit: Any, coefs: dict[str, np.ndarray], arm: Arm, alpha: Any = None, k: Any = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
-    """:func:`laws.effective_costs`, :func:`curvature` and :func:`knee` over
-    coefficient draws, broadcasting alpha and k after them: ``(C1, C2, C3, knee)``."""
+    """:func:`laws.effective_costs`, :func:`curvature` and :func:`knee` or :func:`experts`
+    over coefficient draws, broadcasting alpha and k after them: ``(C1, C2, C3, term)``."""
     n = coefs["c1p"].shape[0]
     k = np.asarray(arm.k if k is None else k)
     if alpha is None:
@@ -244,10 +243,22 @@ def _costs(
         **{name: c[name] for name in CYCLE_COSTS},
     )  # fmt: skip
     c3 = curvature(c, arm.decode, alpha, k)
-    bend = knee(c, arm.decode, alpha, k)
-    if bend is not None:
-        bend = tuple(np.broadcast_to(x, c2.shape) for x in bend)
-    return c1, c2, np.broadcast_to(c3, c2.shape), bend
+    term = knee(c, arm.decode, alpha, k)
+    if term is None:  # a fit has a knee, expert reads or neither
+        term = experts(c, arm.decode, alpha, k)
+    term = laws.map_term(term, lambda x: np.broadcast_to(x, c2.shape))
+    return c1, c2, np.broadcast_to(c3, c2.shape), term
+
+
+def experts(coefs: dict, decode: Any, alpha: Any, k: Any) -> laws.Experts | None:
+    r"""The ``moe`` level's expert reads of coefficient draws (:class:`laws.Experts`), ``None``
+    without them: a request's reads at full coverage :math:`X = (g/E)\,c_{1s}` — its
+    verifier passes (:func:`laws.verifier_passes`) times a pass's read of every expert —
+    with :math:`m/M` and k, as the fit's own rows get theirs."""
+    if "c1s" not in coefs:
+        return None
+    share = laws.verifier_passes(decode, alpha, k) * coefs["c1s"]
+    return laws.Experts(share, coefs["expert_ratio"], k)
 
 
 def knee(coefs: dict, decode: Any, alpha: Any, k: Any) -> tuple[np.ndarray, np.ndarray] | None:
@@ -276,10 +287,11 @@ def curvature(coefs: dict, decode: Any, alpha: Any, k: Any) -> np.ndarray:
 def effective_cost_draws(
     fit: Any, arm: Arm, *, alpha: Any = None, k: Any = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
-    r"""Draws of :math:`(C_1, C_2, C_3, \mathrm{knee})` of an arm via
+    r"""Draws of :math:`(C_1, C_2, C_3, \mathrm{term})` of an arm via
     :func:`laws.effective_costs`, :func:`curvature` (:math:`C_3`: the batch
-    curvature) and :func:`knee` (``(batch, slope)`` draws of the experimental knee, ``None``
-    for a fit without one: pass it on as ``knee=`` to the laws).
+    curvature) and the law's term beyond them: :func:`knee` (``(batch, slope)`` draws of the
+    experimental knee), :func:`experts` (a ``moe`` fit's :class:`laws.Experts`) or ``None``;
+    pass it on as ``**laws.term_keywords(term)`` to the laws.
 
     ``alpha`` and ``k`` (arrays) override the arm's and broadcast after the sample axis:
     the result has shape ``(sample, *broadcast(alpha, k).shape)``. Without ``alpha`` an SD
@@ -297,9 +309,15 @@ def _sd_and_dense(fit: Any, arm: Arm, k: Any = None):
     return c1s, c2s, c3s, c1d, c2d, c3d, knee_s, knee_d
 
 
-def _column(knee: tuple | None) -> tuple | None:
-    """A knee of (sample,) draws as a column, for broadcasting against a load or k axis."""
-    return None if knee is None else tuple(x[:, None] for x in knee)
+def _column(term: Any) -> Any:
+    """A knee or expert reads of (sample,) draws as a column, for broadcasting against a load
+    or k axis."""
+    return laws.map_term(term, lambda x: x[:, None])
+
+
+def _pair(term_sd: Any, term_dense: Any) -> dict[str, Any]:
+    """The two arms' terms as keywords of :func:`laws.speedup` and the break-evens."""
+    return laws.term_keywords(term_sd, "_sd") | laws.term_keywords(term_dense, "_dense")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,13 +354,13 @@ def speedup(
     c1s, c2s, c3s, c1d, c2d, c3d, knee_s, knee_d = _sd_and_dense(fit, arm)
     law = laws.closed_loop_speedup if closed else laws.speedup
     costs = (c[:, None] for c in (c1s, c2s, c1d, c2d, c3s, c3d))
-    s = law(load[None, :], *costs, knee_sd=_column(knee_s), knee_dense=_column(knee_d))
+    s = law(load[None, :], *costs, **_pair(_column(knee_s), _column(knee_d)))
     table = summarize(s, prob=prob)
     table.insert(0, "concurrency" if closed else "rps", load)
     table["p_faster"] = np.mean(s > 1.0, axis=0)
     if not closed:
-        sat_d = laws.saturation_rps(c1d, c2d, c3d, knee=knee_d)
-        sat_s = laws.saturation_rps(c1s, c2s, c3s, knee=knee_s)
+        sat_d = laws.saturation_rps(c1d, c2d, c3d, **laws.term_keywords(knee_d))
+        sat_s = laws.saturation_rps(c1s, c2s, c3s, **laws.term_keywords(knee_s))
         table["p_dense_saturated"] = np.mean(load[None, :] >= sat_d[:, None], axis=0)
         table["p_sd_saturated"] = np.mean(load[None, :] >= sat_s[:, None], axis=0)
     table.attrs.update(arm=arm.label(), prob=prob, draws=s, closed_loop=closed)
@@ -418,7 +436,7 @@ def break_even(
     c1r = c1s / c1d[:, None]
     dense = (c1d[:, None], c2d[:, None])
     law = laws.break_even_concurrency if closed_loop else laws.break_even_rps
-    star = law(c1s, c2s, *dense, c3s, c3d[:, None], knee_sd=knee_s, knee_dense=_column(knee_d))
+    star = law(c1s, c2s, *dense, c3s, c3d[:, None], **_pair(knee_s, _column(knee_d)))
     cross = np.isfinite(star)
     if closed_loop:
         stars = _columns("n_star", star, ("median", "lo", "hi"), prob)
@@ -441,7 +459,7 @@ def break_even(
         out.attrs.update(n_star_draws=star)
     else:
         out["dense_saturation_rps_median"] = np.median(
-            laws.saturation_rps(c1d, c2d, c3d, knee=knee_d)
+            laws.saturation_rps(c1d, c2d, c3d, **laws.term_keywords(knee_d))
         )
         out.attrs.update(rps_star_draws=star)
     out.attrs.update(arm=arm.label(), prob=prob, closed_loop=closed_loop)
@@ -497,14 +515,14 @@ def optimal_k(
         # shape (sample, alpha, k) -> latencies (sample, alpha, rps, k)
         c1, c2, c3, bend = effective_cost_draws(fit, arm, alpha=alphas[:, None], k=ks[None, :])
     law = laws.closed_loop_latency if closed else laws.latency
-    if bend is not None:  # (sample, alpha, k) -> (sample, alpha, load, k), as the costs
-        bend = tuple(x[:, :, None, :] for x in bend)
+    # (sample, alpha, k) -> (sample, alpha, load, k), as the costs
+    bend = laws.map_term(bend, lambda x: x[:, :, None, :])
     lat = law(
         rps[None, None, :, None],
         c1[:, :, None, :],
         c2[:, :, None, :],
         c3[:, :, None, :],
-        knee=bend,
+        **laws.term_keywords(bend),
     )
     best_idx = np.argmin(lat, axis=-1)
     best_lat = np.min(lat, axis=-1)
@@ -657,7 +675,7 @@ def capacity(
         out["binding"] = [names[i] for i in np.argmin(medians, axis=0)]
     if closed_loop:
         with np.errstate(all="ignore"):
-            tput = cap / laws.closed_loop_latency(cap, c1, c2, c3, knee=bend)
+            tput = cap / laws.closed_loop_latency(cap, c1, c2, c3, **laws.term_keywords(bend))
         out["throughput_rps"] = np.quantile(tput, 1.0 - prob, axis=0, method="inverted_cdf")
     measured = "concurrency" if closed_loop else "rps"
     out[f"max_measured_{measured}"] = measured_max_rps(fit, arm, ks, load=measured)
@@ -754,17 +772,16 @@ def compare(
         c2a[:, None],
         c3b[:, None],
         c3a[:, None],
-        knee_sd=_column(knee_b),
-        knee_dense=_column(knee_a),
+        **_pair(_column(knee_b), _column(knee_a)),
     )
     table = summarize(s, prob=prob)
     table.insert(0, "rps", rps)
     table["p_faster"] = np.mean(s > 1.0, axis=0)
-    sat_a = laws.saturation_rps(c1a, c2a, c3a, knee=knee_a)
-    sat_b = laws.saturation_rps(c1b, c2b, c3b, knee=knee_b)
+    sat_a = laws.saturation_rps(c1a, c2a, c3a, **laws.term_keywords(knee_a))
+    sat_b = laws.saturation_rps(c1b, c2b, c3b, **laws.term_keywords(knee_b))
     table["p_a_saturated"] = np.mean(rps[None, :] >= sat_a[:, None], axis=0)
     table["p_b_saturated"] = np.mean(rps[None, :] >= sat_b[:, None], axis=0)
-    cross = laws.break_even_rps(c1b, c2b, c1a, c2a, c3b, c3a, knee_sd=knee_b, knee_dense=knee_a)
+    cross = laws.break_even_rps(c1b, c2b, c1a, c2a, c3b, c3a, **_pair(knee_b, knee_a))
     cs = summarize(cross, prob=prob)
     crossover = pd.DataFrame(
         dict(

@@ -67,14 +67,17 @@ def collapse_points(fit: Any) -> pd.DataFrame:
     draws = {n: ds[n].values for n in ds.data_vars}
     c3 = plan.curvature(draws, g, alpha, k)
     c1m, c2m, c3m = (np.mean(np.broadcast_to(c, c1.shape), axis=0) for c in (c1, c2, c3))
-    bend = plan.knee(draws, g, alpha, k)  # the experimental knee, as (batch, slope) means
-    if bend is not None:
-        bend = tuple(np.mean(np.broadcast_to(x, c1.shape), axis=0) for x in bend)
+    # the experimental knee, as (batch, slope) means, or a moe fit's expert reads
+    bend = plan.knee(draws, g, alpha, k)
+    bend = plan.experts(draws, g, alpha, k) if bend is None else bend
+    bend = laws.term_keywords(
+        laws.map_term(bend, lambda x: np.mean(np.broadcast_to(x, c1.shape), axis=0))
+    )
     conc = d["concurrency"].to_numpy(dtype=float) if "concurrency" in d else np.full(len(d), np.nan)
     mu = np.where(  # the law at the posterior-mean costs (inf past its wall)
         np.isfinite(conc),
-        laws.closed_loop_latency(np.nan_to_num(conc), c1m, c2m, c3m, knee=bend),
-        laws.latency(np.nan_to_num(d["rps"].to_numpy(dtype=float)), c1m, c2m, c3m, knee=bend),
+        laws.closed_loop_latency(np.nan_to_num(conc), c1m, c2m, c3m, **bend),
+        laws.latency(np.nan_to_num(d["rps"].to_numpy(dtype=float)), c1m, c2m, c3m, **bend),
     )
     group = d["verifier"] + np.where(d["k"] > 0, " SD", " dense")
     past = ~np.isfinite(mu)  # measured, yet past the wall of the law at the mean costs
@@ -418,7 +421,7 @@ def _write_report(fit: Any, out: Path, *, arm, slo, prob) -> Headline:
         raise ValueError(f"--slo {slo:g}: a latency SLO must be > 0 seconds")
     dense = replace(arm, k=0, alpha=None, drafter=None)
     c1d, c2d, c3d, knee_d = plan.effective_cost_draws(fit, dense)  # (C1, C2, C3, knee) draws
-    sat_draws = laws.saturation_rps(c1d, c2d, c3d, knee=knee_d)
+    sat_draws = laws.saturation_rps(c1d, c2d, c3d, **laws.term_keywords(knee_d))
     sat = float(np.median(sat_draws))  # dense saturation rate (median draw)
     sat_safe = float(np.quantile(sat_draws, 0.05))  # dense unsaturated here w.p. 0.95
     figures: dict[str, Any] = {}
@@ -555,7 +558,7 @@ def _closed_loop_json(head: Headline) -> dict:
     )
 
 
-def _ratios_section(ratios: pd.DataFrame) -> list[str]:
+def _ratios_section(ratios: pd.DataFrame, moe: bool = False) -> list[str]:
     def interval(lo, hi):
         return [f"{a:.3f}–{b:.3f}" for a, b in zip(lo, hi, strict=True)]
 
@@ -576,7 +579,15 @@ def _ratios_section(ratios: pd.DataFrame) -> list[str]:
         "",
         "SD over dense, same server and workload: C1R = C1,SD / C1,dense (zero-load cost; "
         "1/C1R is the zero-load speedup), C2R = C2,SD / C2,dense (cost per unit of load; "
-        "C2R > 1 means the speedup shrinks as load rises). Red flag: P(C2R > 1) ≥ 0.9.",
+        "C2R > 1 means the speedup shrinks as load rises). Red flag: P(C2R > 1) ≥ 0.9."
+        + (
+            " Model `moe`: C1 and C2 leave out the expert reads φ·X, none at zero load; they "
+            "grow with the tokens a pass routes, and SD (k + 1 per sequence) covers the "
+            "experts at a lower load than dense, so the speedup vs load and the break-even "
+            "above include them and the ratios alone do not."
+            if moe
+            else ""
+        ),
         "",
         markdown_table(table),
         "",
@@ -701,7 +712,7 @@ def _write_summary(out, fit, arm, head, ratios, figures, written, metric=None) -
             for name in figures
             for line in (f"![{name}]({name})", "", f"`{name}` — {captions[name]}", "")
         ],
-        *_ratios_section(ratios),
+        *_ratios_section(ratios, moe=getattr(fit, "model_name", "sd") == "moe"),
         f"Tables (CSV): {', '.join(f'`{w}`' for w in written)}; the headline answers as JSON: "
         "`headline.json`.",
     ]

@@ -150,7 +150,7 @@ def slo_loads(
     for name, target in slo.items():
         if name == MEAN_LATENCY:
             inverse = laws.concurrency_at_latency if closed_loop else laws.rps_at_latency
-            out[name] = inverse(target, c1, c2, c3, knee=knee)
+            out[name] = inverse(target, c1, c2, c3, **laws.term_keywords(knee))
         else:
             # the metric's own shares of C1 and C2 (no knee in them): its batch, then the load
             batch = batch_at(fit, arm, ks, name, target, c1, c2)

@@ -64,8 +64,13 @@ def test_worked_example_closed_loop_break_even():
     assert laws.closed_loop_speedup(64.0, C1_A, C2_A, C1_DENSE, C2_DENSE) < 1.0
 
 
+#: A batch curvature: none, or at least 1e-9 s per request squared — a subnormal one (hypothesis
+#: found 2e-308) puts the crossing past 1e300 streams, where the latencies overflow.
+curvature = st.one_of(st.just(0.0), st.floats(1e-9, 1.0))
+
+
 @settings(max_examples=200, deadline=None)
-@given(pos, pos, pos, pos, st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+@given(pos, pos, pos, pos, curvature, curvature)
 def test_break_even_concurrency_is_the_first_crossing(c1s, c2s, c1d, c2d, c3s, c3d):
     n = laws.break_even_concurrency(c1s, c2s, c1d, c2d, c3s, c3d)
 
@@ -74,7 +79,11 @@ def test_break_even_concurrency_is_the_first_crossing(c1s, c2s, c1d, c2d, c3s, c
         return sd - laws.closed_loop_latency(x, c1d, c2d, c3d)
 
     def one_sign(x):
-        signs = np.sign(gap(x))
+        # a gap within a few ULPs of the latencies has no sign (a crossing far out, where
+        # the C1 difference is below the sums' resolution)
+        g = gap(x)
+        resolution = 16 * np.finfo(float).eps * laws.closed_loop_latency(x, c1d, c2d, c3d)
+        signs = np.sign(np.where(np.abs(g) <= resolution, 0.0, g))
         return np.all(signs[signs != 0] == signs[signs != 0][:1])
 
     if np.isfinite(n):

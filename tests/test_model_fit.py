@@ -143,6 +143,67 @@ def test_moe_summary_and_cli_name_the_expert_reads(moe):
     assert f"expert reads c1s {group}: {1e3 * mid:.2f} ms" in text and "roofline 21.64" in text
 
 
+def _moe_arm(moe) -> plan.Arm:
+    row = moe.data[moe.data["k"] > 0].iloc[0]
+    return plan.Arm(
+        row.verifier, row.hardware, row.prefill, row.decode, row.drafter, row.cell, 0.8, 3
+    )
+
+
+def test_planner_plans_with_the_expert_reads(moe):
+    """A moe fit is planned with the coverage law: each arm carries its expert reads
+    ``X = (g/E) c1s`` (m/M from the fit) and every decision is the laws' with them."""
+    arm = _moe_arm(moe)
+    (coefs,) = plan.coefficient_draws(moe, arm)
+    np.testing.assert_allclose(coefs["expert_ratio"], 8 / 128)  # Qwen3-30B-A3B: 8 of 128
+    c1s, c2s, _, c1d, c2d, _, term_s, term_d = plan._sd_and_dense(moe, arm)
+    assert isinstance(term_s, laws.Experts) and isinstance(term_d, laws.Experts)
+    passes = laws.verifier_passes(arm.decode, 0.8, 3)
+    np.testing.assert_allclose(term_s.share, passes * coefs["c1s"])
+    np.testing.assert_allclose(term_d.share, arm.decode * coefs["c1s"])  # one pass per token
+
+    rps = np.array([0.5, 2.0])
+    draws = plan.speedup(moe, arm, rps=rps).attrs["draws"]
+    col = [c[:, None] for c in (c1s, c2s, c1d, c2d)]
+    expect = laws.latency(rps, col[2], col[3], experts=plan._column(term_d)) / laws.latency(
+        rps, col[0], col[1], experts=plan._column(term_s)
+    )
+    np.testing.assert_allclose(draws, expect)
+    assert not np.allclose(draws, laws.speedup(rps, *col))  # the reads change the answer
+
+    # capacity: at the planned rate the coverage law meets the SLO with probability 0.9
+    slo = float(np.quantile(c1s, 0.95) * 3)
+    cap = plan.capacity(moe, arm, slo, ks=[arm.k])["capacity_rps"].item()
+    c1, c2, _, term = plan.effective_cost_draws(moe, arm)
+    assert cap > 0 and np.mean(laws.latency(cap, c1, c2, experts=term) <= slo) >= 0.9
+    # the closed-loop break-even is where the two arms' coverage laws cross
+    be = plan.break_even(moe, arm, closed_loop=True)
+    star = be.attrs["n_star_draws"][:, 0]
+    ok = np.isfinite(star)
+    assert ok.any()
+
+    def at_star(c1, c2, term):
+        return laws.closed_loop_latency(
+            star[ok], c1[ok], c2[ok], experts=laws.map_term(term, lambda x: x[ok])
+        )
+
+    np.testing.assert_allclose(at_star(c1s, c2s, term_s), at_star(c1d, c2d, term_d), rtol=1e-6)
+    table = plan.optimal_k(moe, arm, alphas=[0.8], rps=[1.0], ks=(0, 1, 3))
+    assert table["k_bayes"].isin([0, 1, 3]).all()
+
+
+def test_plan_and_report_commands_take_a_moe_fit(moe, tmp_path, capsys):
+    """``specbayes plan`` and ``specbayes report`` on a saved moe fit (they refused it)."""
+    from specbayes.cli import main
+
+    path = moe.save(tmp_path / "moe.nc")
+    assert main(["plan", str(path), "--rps", "0.5,1"]) == 0
+    out = capsys.readouterr().out
+    assert "speedup over dense" in out and "break-even" in out
+    assert main(["report", str(path), "--out", str(tmp_path / "report"), "--slo", "60"]) == 0
+    assert (tmp_path / "report" / "summary.md").exists()
+
+
 def test_unseen_cell_from_the_hierarchy(pooled):
     rows = (
         pooled.data[pooled.data["k"] > 0]

@@ -228,11 +228,6 @@ def load_plannable(path: Path):
             f"{path}: a dense-level fit (k = 0 rows only) has no drafter costs, and plan "
             "compares SD with dense — fit the sd level: `specbayes fit DATA --model sd`"
         )
-    if fit.model_name == "moe":
-        raise ValueError(
-            f"{path}: planning with the moe level is not built yet — fit the sd level for "
-            "planning: `specbayes fit DATA --model sd`"
-        )
     return fit
 
 
@@ -321,7 +316,7 @@ def _load_grid(fit, arm, args, closed: bool, n: int = 7) -> dict:
             "concurrency": args.concurrency or plan.stream_grid(plan.measured_streams(fit, arm))
         }
     c1, c2, c3, knee = plan.effective_cost_draws(fit, replace(arm, k=0, alpha=None, drafter=None))
-    sat = float(np.median(laws.saturation_rps(c1, c2, c3, knee=knee)))
+    sat = float(np.median(laws.saturation_rps(c1, c2, c3, **laws.term_keywords(knee))))
     return {"rps": args.rps or rate_grid(0.9 * sat, n)}
 
 

@@ -79,13 +79,16 @@ from specbayes.laws.moe import (
     MOE_IMPLICIT_ITERATIONS,
     MOE_IMPLICIT_NEWTON,
     SLOPE_CAP,
+    Experts,
     expert_coverage,
+    map_term,
     moe_closed_loop_latency,
     moe_fixed_cost_latency,
     moe_latency,
     moe_latency_implicit,
     moe_latency_unrolled,
     routed_tokens,
+    term_keywords,
 )
 from specbayes.laws.moe import _moe_step as _moe_step
 
@@ -97,6 +100,7 @@ __all__ = [
     "MOE_IMPLICIT_NEWTON",
     "SLOPE_CAP",
     "SPECULATIVE_COSTS",
+    "Experts",
     "alpha_from_acceptance_length",
     "alpha_from_marginal",
     "batch_curvature",
@@ -116,6 +120,7 @@ __all__ = [
     "latency",
     "latency_sensitivities",
     "log_headroom",
+    "map_term",
     "marginal_acceptance",
     "moe_closed_loop_latency",
     "moe_fixed_cost_latency",
@@ -129,6 +134,7 @@ __all__ = [
     "saturation_rps",
     "speedup",
     "speedup_from_ratios",
+    "term_keywords",
     "token_knee_curvature",
     "verifier_passes",
 ]

@@ -29,6 +29,8 @@ def speedup(
     *,
     knee_sd: tuple[Any, Any] | None = None,
     knee_dense: tuple[Any, Any] | None = None,
+    experts_sd: tuple[Any, Any, Any] | None = None,
+    experts_dense: tuple[Any, Any, Any] | None = None,
 ) -> np.ndarray:
     r"""Speedup of speculative decoding over dense decoding at request rate λ.
 
@@ -57,14 +59,18 @@ def speedup(
     knee_sd, knee_dense : (batch, slope), optional
         Knees instead of the curvatures (:func:`knee_costs`): the ratio of the two
         :func:`knee_latency` values.
+    experts_sd, experts_dense : :class:`~specbayes.laws.Experts`, optional
+        A mixture-of-experts verifier's expert reads in each arm (the ``moe`` level): the
+        ratio of the two :func:`latency` values with them.
 
     Returns
     -------
     ndarray
         Speedup (> 1 means SD is faster).
     """
-    l_dense = np.asarray(latency(rps, c1_dense, c2_dense, c3_dense, knee=knee_dense), dtype=float)
-    l_sd = np.asarray(latency(rps, c1_sd, c2_sd, c3_sd, knee=knee_sd), dtype=float)
+    l_dense = latency(rps, c1_dense, c2_dense, c3_dense, knee=knee_dense, experts=experts_dense)
+    l_sd = latency(rps, c1_sd, c2_sd, c3_sd, knee=knee_sd, experts=experts_sd)
+    l_dense, l_sd = np.asarray(l_dense, dtype=float), np.asarray(l_sd, dtype=float)
     with np.errstate(all="ignore"):
         out = l_dense / l_sd
     return np.where(np.isinf(l_dense) & np.isinf(l_sd), np.nan, out)
@@ -133,6 +139,8 @@ def closed_loop_speedup(
     *,
     knee_sd: tuple[Any, Any] | None = None,
     knee_dense: tuple[Any, Any] | None = None,
+    experts_sd: tuple[Any, Any, Any] | None = None,
+    experts_dense: tuple[Any, Any, Any] | None = None,
 ) -> np.ndarray:
     r"""Speedup of SD over dense with ``N`` streams in flight in *both* (closed loop).
 
@@ -144,10 +152,14 @@ def closed_loop_speedup(
     so by Little's law (throughput :math:`N/L`) this is also SD's throughput gain at ``N``.
     Unlike the open loop nothing saturates: the ratio is finite at every ``N``. With
     ``knee_sd`` / ``knee_dense`` = :math:`(B_K, \Delta)` an arm's :math:`N^2 C_3` is replaced
-    by its smoothed knee :math:`\Delta\max(0, N - B_K)` (:func:`closed_loop_latency`).
+    by its smoothed knee :math:`\Delta\max(0, N - B_K)` (:func:`closed_loop_latency`); with
+    ``experts_sd`` / ``experts_dense`` (:class:`~specbayes.laws.Experts`) each arm adds its
+    expert reads :math:`\varphi(N(k+1))\,X`.
     """
-    l_dense = closed_loop_latency(concurrency, c1_dense, c2_dense, c3_dense, knee=knee_dense)
-    l_sd = closed_loop_latency(concurrency, c1_sd, c2_sd, c3_sd, knee=knee_sd)
+    l_dense = closed_loop_latency(
+        concurrency, c1_dense, c2_dense, c3_dense, knee=knee_dense, experts=experts_dense
+    )
+    l_sd = closed_loop_latency(concurrency, c1_sd, c2_sd, c3_sd, knee=knee_sd, experts=experts_sd)
     with np.errstate(all="ignore"):
         return np.asarray(l_dense / l_sd, dtype=float)
 
@@ -162,6 +174,8 @@ def break_even_concurrency(
     *,
     knee_sd: tuple[Any, Any] | None = None,
     knee_dense: tuple[Any, Any] | None = None,
+    experts_sd: tuple[Any, Any, Any] | None = None,
+    experts_dense: tuple[Any, Any, Any] | None = None,
     iterations: int = 60,
 ) -> np.ndarray:
     r"""Concurrency :math:`N^*` at which SD and dense closed-loop latencies cross.
@@ -189,7 +203,10 @@ def break_even_concurrency(
     B_{K,\mathrm{dense}})`, :math:`a_1 = (C_{2,\mathrm{sd}} + \Delta_\mathrm{sd}) -
     (C_{2,\mathrm{dense}} + \Delta_\mathrm{dense})`, which changes sign at most once, at
     :math:`-a_0/a_1`: :math:`N_\mathrm{top} = 2\max(N_\mathrm{far}, -a_0/a_1)` holds every
-    crossing.
+    crossing. With expert reads in either arm (``experts_sd``, ``experts_dense``,
+    :class:`~specbayes.laws.Experts`) likewise: past :math:`N_\mathrm{far} = 40/(\kappa
+    (k + 1))`, :math:`\kappa = -\log(1 - m/M)`, the coverage is 1 to :math:`e^{-40}` and
+    the arm's line is :math:`(C_1 + X) + N C_2`.
 
     Returns
     -------
@@ -197,10 +214,12 @@ def break_even_concurrency(
         :math:`N^*` (streams, continuous); ``NaN`` where the curves never cross at
         :math:`N > 0` (SD wins at every concurrency, or at none) or only touch.
     """
-    if knee_sd is not None or knee_dense is not None:
-        return _knee_break_even_concurrency(
-            c1_sd, c2_sd, c1_dense, c2_dense, c3_sd, c3_dense, knee_sd, knee_dense, iterations
+    if any(x is not None for x in (knee_sd, knee_dense, experts_sd, experts_dense)):
+        sd, dense = _broadcast_arms(
+            _arm(c1_sd, c2_sd, c3_sd, knee_sd, experts_sd),
+            _arm(c1_dense, c2_dense, c3_dense, knee_dense, experts_dense),
         )
+        return _numeric_break_even_concurrency(sd, dense, iterations)
     args = np.broadcast_arrays(
         *(np.asarray(x, dtype=float) for x in (c1_sd, c2_sd, c1_dense, c2_dense, c3_sd, c3_dense))
     )
@@ -245,38 +264,81 @@ def _first_crossing(gap: Any, grid: np.ndarray, iterations: int) -> np.ndarray:
     return np.where(crosses, 0.5 * (lo + hi), np.nan)
 
 
-def _no_knee(knee: tuple[Any, Any] | None) -> tuple[Any, Any]:
-    """``knee`` or a knee that adds nothing (slope 0), for arithmetic on both arms alike."""
-    return (1.0, 0.0) if knee is None else knee
+def _arm(c1: Any, c2: Any, c3: Any, knee: Any, experts: Any) -> dict[str, Any]:
+    """One arm's law: its costs and its knee or expert reads (``None`` where it has none)."""
+    return dict(c1=c1, c2=c2, c3=c3, knee=knee, experts=experts)
 
 
-def _knee_break_even_concurrency(c1s, c2s, c1d, c2d, c3s, c3d, knee_s, knee_d, iterations):
-    """:func:`break_even_concurrency` with a knee in one arm or both (grid and bisection)."""
-    (bs, ds), (bd, dd) = _no_knee(knee_s), _no_knee(knee_d)
-    args = np.broadcast_arrays(
-        *(np.asarray(a, dtype=float) for a in (c1s, c2s, c1d, c2d, c3s, c3d, bs, ds, bd, dd))
-    )
-    c1s, c2s, c1d, c2d, c3s, c3d, bs, ds, bd, dd = args
+def _broadcast_arms(*arms: dict[str, Any]) -> list[dict[str, Any]]:
+    """The arms with every array, and every part of a knee or expert reads, broadcast to one
+    float shape (the costs' axes), for arithmetic on the arms alike."""
+    parts = [
+        x
+        for arm in arms
+        for v in arm.values()
+        if v is not None
+        for x in (v if isinstance(v, tuple | list) else (v,))
+    ]
+    shape = np.broadcast_shapes(*(np.shape(x) for x in parts))
+
+    def cast(v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, tuple | list):
+            return tuple(np.broadcast_to(np.asarray(x, dtype=float), shape) for x in v)
+        return np.broadcast_to(np.asarray(v, dtype=float), shape)
+
+    return [{name: cast(v) for name, v in arm.items()} for arm in arms]
+
+
+def _at_load(law: Any, load: np.ndarray, arm: dict[str, Any]) -> np.ndarray:
+    """``law`` (:func:`latency` or :func:`closed_loop_latency`) of a broadcast arm at
+    ``load``, whose trailing axes (a grid) follow the costs' own."""
+    extra = load.ndim - arm["c1"].ndim
+
+    def grow(x: np.ndarray) -> np.ndarray:
+        return x.reshape(x.shape + (1,) * extra)
+
+    c1, c2, c3 = (grow(arm[name]) for name in ("c1", "c2", "c3"))
+    terms = {
+        name: tuple(grow(x) for x in arm[name])
+        for name in ("knee", "experts")
+        if arm[name] is not None
+    }
+    if terms:  # a knee or expert reads replace the curvature
+        c3 = 0.0
+    with np.errstate(all="ignore"):
+        return law(load, c1, c2, c3, **terms)
+
+
+def _closed_loop_asymptote(arm: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""Where a closed-loop arm's knee or expert reads reach their asymptote to :math:`e^{-40}`
+    (:math:`N_\mathrm{far}`) and the line :math:`a_0 + a_1 N` it follows past that."""
+    c1, c2 = arm["c1"], arm["c2"]
+    with np.errstate(all="ignore"):
+        if arm["knee"] is not None:
+            batch, slope = arm["knee"]
+            width = laws.KNEE_WIDTH  # the package's: specbayes.laws.KNEE_WIDTH = w
+            return batch + 40.0 * width * np.sqrt(batch), c1 - slope * batch, c2 + slope
+        if arm["experts"] is not None:
+            share, ratio, k = arm["experts"]
+            return 40.0 / (-np.log1p(-ratio) * (k + 1.0)), c1 + share, c2
+    return np.zeros(c1.shape), c1, c2
+
+
+def _numeric_break_even_concurrency(sd: dict, dense: dict, iterations: int) -> np.ndarray:
+    """:func:`break_even_concurrency` with a knee or expert reads in one arm or both (grid
+    and bisection), on arms broadcast by :func:`_broadcast_arms`."""
 
     def gap(n):  # L_sd - L_dense at the same streams
-        extra = n.ndim - c1s.ndim  # grid axes after the costs' own
-        c = [x.reshape(x.shape + (1,) * extra) for x in args]
-        # an arm without a knee keeps its curvature (a fit has one or the other)
-        arm_s = dict(knee=(c[6], c[7])) if knee_s is not None else dict(c3=c[4])
-        arm_d = dict(knee=(c[8], c[9])) if knee_d is not None else dict(c3=c[5])
-        with np.errstate(all="ignore"):
-            return closed_loop_latency(n, c[0], c[1], **arm_s) - closed_loop_latency(
-                n, c[2], c[3], **arm_d
-            )
+        return _at_load(closed_loop_latency, n, sd) - _at_load(closed_loop_latency, n, dense)
 
+    far_s, a0_s, a1_s = _closed_loop_asymptote(sd)
+    far_d, a0_d, a1_d = _closed_loop_asymptote(dense)
     with np.errstate(all="ignore"):
-        width = laws.KNEE_WIDTH  # the package's: specbayes.laws.KNEE_WIDTH = w
-        far = np.maximum(bs + 40.0 * width * np.sqrt(bs), bd + 40.0 * width * np.sqrt(bd))
-        a0 = (c1s - ds * bs) - (c1d - dd * bd)
-        a1 = (c2s + ds) - (c2d + dd)
-        line = -a0 / a1
+        line = -(a0_s - a0_d) / (a1_s - a1_d)
     line = np.where(np.isfinite(line) & (line > 0), line, 0.0)
-    top = 2.0 * np.maximum(far, line)
+    top = 2.0 * np.maximum(np.maximum(far_s, far_d), line)
     grid = top[..., None] * np.geomspace(1e-6, 1.0, BREAK_EVEN_GRID)
     return _first_crossing(gap, grid, iterations)
 
@@ -291,6 +353,8 @@ def break_even_rps(
     *,
     knee_sd: tuple[Any, Any] | None = None,
     knee_dense: tuple[Any, Any] | None = None,
+    experts_sd: tuple[Any, Any, Any] | None = None,
+    experts_dense: tuple[Any, Any, Any] | None = None,
     iterations: int = 60,
 ) -> np.ndarray:
     r"""Request rate at which SD stops (or starts) paying.
@@ -318,6 +382,9 @@ def break_even_rps(
         Their batch curvatures.
     knee_sd, knee_dense : (batch, slope), optional
         Their knees instead (:func:`knee_costs`).
+    experts_sd, experts_dense : :class:`~specbayes.laws.Experts`, optional
+        Their expert reads (the ``moe`` level): the same grid and bisection below the dense
+        arm's wall :math:`1/C_{2,\mathrm{dense}}`.
 
     Returns
     -------
@@ -325,31 +392,22 @@ def break_even_rps(
         Break-even request rate (req/s); ``NaN`` where the curves never cross below the dense
         saturation rate (see :func:`break_even`).
     """
-    c1_dense = np.asarray(c1_dense, dtype=float)
-    c2_dense = np.asarray(c2_dense, dtype=float)
-    knees = knee_sd is not None or knee_dense is not None
-    if not (knees or np.any(np.asarray(c3_sd) > 0) or np.any(np.asarray(c3_dense) > 0)):
+    terms = (knee_sd, knee_dense, experts_sd, experts_dense)
+    numeric = any(x is not None for x in terms)
+    if not (numeric or np.any(np.asarray(c3_sd) > 0) or np.any(np.asarray(c3_dense) > 0)):
+        c1_dense, c2_dense = np.asarray(c1_dense, dtype=float), np.asarray(c2_dense, dtype=float)
         r_star = break_even(np.asarray(c1_sd) / c1_dense, np.asarray(c2_sd) / c2_dense)
         return r_star / c2_dense
-    (bs, ds), (bd, dd) = _no_knee(knee_sd), _no_knee(knee_dense)
-    args = np.broadcast_arrays(
-        *(
-            np.asarray(a, dtype=float)
-            for a in (c1_sd, c2_sd, c1_dense, c2_dense, c3_sd, c3_dense, bs, ds, bd, dd)
-        )
+    sd, dense = _broadcast_arms(
+        _arm(c1_sd, c2_sd, c3_sd, knee_sd, experts_sd),
+        _arm(c1_dense, c2_dense, c3_dense, knee_dense, experts_dense),
     )
-    c1s, c2s, c1d, c2d, c3s, c3d, bs, ds, bd, dd = args
 
     def gap(lam):  # L_sd - L_dense: inf - finite = inf where only SD is saturated
-        extra = lam.ndim - c1s.ndim  # grid axes after the costs' own
-        c = [x.reshape(x.shape + (1,) * extra) for x in (c1s, c2s, c3s, c1d, c2d, c3d)]
-        k = [x.reshape(x.shape + (1,) * extra) for x in (bs, ds, bd, dd)]
-        ks = (k[0], k[1]) if knee_sd is not None else None
-        kd = (k[2], k[3]) if knee_dense is not None else None
-        with np.errstate(all="ignore"):
-            return latency(lam, c[0], c[1], c[2], knee=ks) - latency(lam, c[3], c[4], c[5], knee=kd)
+        return _at_load(latency, lam, sd) - _at_load(latency, lam, dense)
 
-    top = saturation_rps(c1d, c2d, c3d, knee=(bd, dd) if knee_dense is not None else None)
+    c3d = 0.0 if knee_dense is not None or experts_dense is not None else dense["c3"]
+    top = saturation_rps(dense["c1"], dense["c2"], c3d, knee=dense["knee"])
     top = top * (1.0 - 1e-9)
     # with curvature the curves may cross more than once (SD can saturate first): the first
     # sign change on a grid from just above zero load (curves that tie there may still cross

@@ -33,6 +33,7 @@ def latency(
     c3: Any = 0.0,
     *,
     knee: tuple[Any, Any] | None = None,
+    experts: tuple[Any, Any, Any] | None = None,
     wall_softness: float = 0.0,
 ) -> Any:
     r"""Mean latency of an open-loop (fixed request rate) server.
@@ -68,6 +69,10 @@ def latency(
     knee : (batch, slope), optional
         A knee instead of a curvature: the per-request cost grows by ``slope`` past ``batch``
         requests (:func:`knee_latency`).
+    experts : :class:`~specbayes.laws.Experts`, optional
+        A mixture-of-experts verifier's expert reads (the ``moe`` level; not with ``c3`` or
+        ``knee``): :math:`L = (C_1 + \varphi(\lambda L (k+1))\,X)/(1 - \lambda C_2)`, the
+        least fixed point (:func:`moe_fixed_cost_latency`).
     wall_softness : float, default 0
         The curved wall as a smooth plateau (model graphs only; see :func:`log_headroom`).
 
@@ -76,12 +81,26 @@ def latency(
     ndarray
         ``L`` in seconds; ``inf`` where saturated (``rps >= saturation_rps``). Never negative.
     """
+    if experts is not None:
+        return _expert_law(rps, c1, c2, c3, experts, closed=False)
     if knee is not None:
         return knee_latency(rps, c1, c2, *knee)
     xp = _namespace(rps, c1, c2, c3)
     with _quiet(xp):
         head, feasible = _open_headroom(rps, c1, c2, c3, xp, wall_softness)
         return xp.where(feasible, c1 / head, np.inf)
+
+
+def _expert_law(load: Any, c1: Any, c2: Any, c3: Any, experts: tuple, *, closed: bool) -> Any:
+    """:func:`latency` (or, ``closed``, :func:`closed_loop_latency`) with expert reads."""
+    # laws.moe builds on this module, so it is imported where the expert law is asked for
+    from specbayes.laws.moe import moe_closed_loop_latency, moe_fixed_cost_latency
+
+    if not _zero_constant(c3):
+        raise ValueError("experts= and a batch curvature c3 exclude each other (the moe level)")
+    share, ratio, k = experts
+    law = moe_closed_loop_latency if closed else moe_fixed_cost_latency
+    return law(load, c1, share, c2, ratio, 1.0, k)
 
 
 def _open_headroom(
@@ -167,7 +186,14 @@ def _zero_constant(x: Any) -> bool:
     return bool(np.all(np.asarray(x) == 0))
 
 
-def saturation_rps(c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | None = None) -> Any:
+def saturation_rps(
+    c1: Any,
+    c2: Any,
+    c3: Any = 0.0,
+    *,
+    knee: tuple[Any, Any] | None = None,
+    experts: tuple[Any, Any, Any] | None = None,
+) -> Any:
     r"""The request rate at which an open-loop server saturates (its throughput capacity).
 
     .. math::  \lambda_\mathrm{sat} = \frac{1}{C_2 + 2\sqrt{C_1 C_3}}
@@ -175,7 +201,9 @@ def saturation_rps(c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | N
     (the rate where the discriminant of :func:`latency` vanishes; :math:`1/C_2` without
     curvature). At :math:`\lambda_\mathrm{sat}` the latency is :math:`2C_1/(1 - \lambda C_2)`
     with curvature and unbounded without. With a ``knee`` (:func:`knee_latency`) it is
-    found by bisection (:func:`_knee_saturation`).
+    found by bisection (:func:`_knee_saturation`). Expert reads (``experts``) are at most
+    one read of every expert per pass, bounded in the load, so the wall stays :math:`1/C_2`
+    (the argument is taken so that every law here accepts the same terms).
     """
     if knee is not None:
         return _knee_saturation(*_knee_arrays(c1, c2, knee))
@@ -184,9 +212,10 @@ def saturation_rps(c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | N
         return 1.0 / (c2 + 2.0 * xp.sqrt(c1 * c3))
 
 
-def _knee_arrays(c1: Any, c2: Any, knee: tuple[Any, Any]) -> list[np.ndarray]:
-    """``c1, c2`` and the knee's ``batch, slope`` as broadcast float arrays."""
-    return np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (c1, c2, *knee)))
+def _knee_arrays(c1: Any, c2: Any, term: tuple) -> list[np.ndarray]:
+    """``c1, c2`` and the parts of a knee ``(batch, slope)`` or of expert reads ``(share,
+    ratio, k)`` as broadcast float arrays."""
+    return np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (c1, c2, *term)))
 
 
 def _knee_saturation(c1: np.ndarray, c2: np.ndarray, batch: np.ndarray, slope: np.ndarray):
@@ -215,7 +244,13 @@ def _bisect_below(fn: Any, target: Any, hi: Any, iterations: int = 60) -> np.nda
 
 
 def rps_at_latency(
-    target: Any, c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | None = None
+    target: Any,
+    c1: Any,
+    c2: Any,
+    c3: Any = 0.0,
+    *,
+    knee: tuple[Any, Any] | None = None,
+    experts: tuple[Any, Any, Any] | None = None,
 ) -> np.ndarray:
     r"""The request rate at which the mean latency reaches ``target`` (inverse of :func:`latency`).
 
@@ -238,8 +273,14 @@ def rps_at_latency(
     :math:`L(\lambda) \le` ``target``, found by bisection on
     :math:`[0, \lambda_\mathrm{sat}]` (60 halvings); ``0`` where ``target`` is below
     :math:`L(0)`.
+
+    With ``experts`` (:func:`latency`'s expert reads) the latency likewise rises from
+    :math:`C_1` to ``inf`` at :math:`1/C_2`: bisection on :math:`[0, 1/C_2]`.
     """
     target = np.asarray(target, dtype=float)
+    if experts is not None:
+        c1, c2, *reads = _knee_arrays(c1, c2, experts)
+        return _bisect_below(lambda lam: latency(lam, c1, c2, experts=reads), target, 1.0 / c2)
     if knee is not None:
         c1, c2, batch, slope = _knee_arrays(c1, c2, knee)
         top = _knee_saturation(c1, c2, batch, slope)
@@ -254,7 +295,13 @@ def rps_at_latency(
 
 
 def closed_loop_latency(
-    concurrency: Any, c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | None = None
+    concurrency: Any,
+    c1: Any,
+    c2: Any,
+    c3: Any = 0.0,
+    *,
+    knee: tuple[Any, Any] | None = None,
+    experts: tuple[Any, Any, Any] | None = None,
 ) -> Any:
     r"""Mean latency of a closed-loop server with ``N`` requests always in flight.
 
@@ -274,12 +321,17 @@ def closed_loop_latency(
     knee : (batch, slope), optional
         A knee instead: :math:`+\ \Delta\max(0, N - B_K)`, smoothed as in
         :func:`knee_latency`.
+    experts : :class:`~specbayes.laws.Experts`, optional
+        Expert reads instead (the ``moe`` level): :math:`+\ \varphi(N(k+1))\,X`
+        (:func:`moe_closed_loop_latency`).
 
     Returns
     -------
     ndarray
         ``L`` in seconds.
     """
+    if experts is not None:
+        return _expert_law(concurrency, c1, c2, c3, experts, closed=True)
     if knee is not None:
         batch, slope = knee
         xp = _namespace(concurrency, c1, c2, batch, slope)
@@ -288,7 +340,13 @@ def closed_loop_latency(
 
 
 def concurrency_at_latency(
-    target: Any, c1: Any, c2: Any, c3: Any = 0.0, *, knee: tuple[Any, Any] | None = None
+    target: Any,
+    c1: Any,
+    c2: Any,
+    c3: Any = 0.0,
+    *,
+    knee: tuple[Any, Any] | None = None,
+    experts: tuple[Any, Any, Any] | None = None,
 ) -> np.ndarray:
     r"""Streams at which the closed-loop latency reaches ``target`` (inverse of
     :func:`closed_loop_latency`).
@@ -304,16 +362,16 @@ def concurrency_at_latency(
     With a ``knee`` = :math:`(B_K, \Delta)`, :math:`L(N) = C_1 + N C_2 + \Delta\,
     s\,\mathrm{softplus}((N - B_K)/s)` (:func:`closed_loop_latency`; ``c3`` ignored) has no
     closed-form inverse; it rises with :math:`N` and :math:`L(N) \ge C_1 + N C_2`, so the
-    answer lies in :math:`[0, (L - C_1)/C_2]` and is found there by bisection (60 halvings).
+    answer lies in :math:`[0, (L - C_1)/C_2]` and is found there by bisection (60 halvings);
+    so with ``experts`` (:math:`+\ \varphi(N(k+1))\,X \ge 0`, also rising with :math:`N`).
     """
     target = np.asarray(target, dtype=float)
-    if knee is not None:
-        c1, c2, batch, slope = _knee_arrays(c1, c2, knee)
+    if knee is not None or experts is not None:
+        c1, c2, *term = _knee_arrays(c1, c2, knee if experts is None else experts)
+        law = dict(knee=term) if experts is None else dict(experts=term)
         with np.errstate(all="ignore"):
             top = np.maximum(target - c1, 0.0) / c2
-        return _bisect_below(
-            lambda n: closed_loop_latency(n, c1, c2, knee=(batch, slope)), target, top
-        )
+        return _bisect_below(lambda n: closed_loop_latency(n, c1, c2, **law), target, top)
     c1, c2, c3 = (np.asarray(a, dtype=float) for a in (c1, c2, c3))
     excess = np.maximum(target - c1, 0.0)
     with np.errstate(all="ignore"):

@@ -11,7 +11,7 @@ the law with coverage-weighted costs: :func:`moe_latency` (NumPy, converged),
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -362,6 +362,50 @@ def moe_latency_implicit(
     for _ in range(newton):
         current = _moe_newton(args, current, xp, wall_softness)
     return _moe_newton(args, disconnected_grad(current), xp, wall_softness)
+
+
+class Experts(NamedTuple):
+    r"""A configuration's expert reads, for the laws' ``experts=`` (the ``moe`` level).
+
+    With them the open-loop law is :math:`L = (C_1 + \varphi(\lambda L(k+1))\,X)/(1 -
+    \lambda C_2)` (:func:`moe_fixed_cost_latency`) and the closed-loop one :math:`L = C_1 +
+    N C_2 + \varphi(N(k+1))\,X` (:func:`moe_closed_loop_latency`), :math:`\varphi` the
+    expected share of experts the pass's routed tokens touch (:func:`expert_coverage`).
+
+    Attributes
+    ----------
+    share : array_like
+        :math:`X = (g/E)\,c_{1s}`: a request's expert reads at full coverage (s), its verifier
+        passes times one pass's read of every expert.
+    ratio : array_like
+        :math:`m/M`, experts per token over experts per layer.
+    k : array_like
+        Draft length (each running sequence routes :math:`k + 1` tokens per pass).
+    """
+
+    share: Any
+    ratio: Any
+    k: Any
+
+
+def term_keywords(term: Any, suffix: str = "") -> dict[str, Any]:
+    """The laws' keyword for a configuration's term beyond :math:`C_1, C_2, C_3`: ``{"experts"
+    + suffix: term}`` for :class:`Experts`, ``{"knee" + suffix: term}`` for a knee ``(batch,
+    slope)``, ``{}`` for ``None`` — so a caller that carries either passes it on alike
+    (``suffix="_sd"`` / ``"_dense"`` for the two arms of :func:`speedup` and the break-evens).
+    """
+    if term is None:
+        return {}
+    return {("experts" if isinstance(term, Experts) else "knee") + suffix: term}
+
+
+def map_term(term: Any, fn: Any) -> Any:
+    """``fn`` applied to every part of a knee or :class:`Experts` (``None`` stays ``None``),
+    keeping its kind."""
+    if term is None:
+        return None
+    parts = (fn(x) for x in term)
+    return Experts(*parts) if isinstance(term, Experts) else tuple(parts)
 
 
 def moe_closed_loop_latency(

@@ -27,8 +27,9 @@ class CoefficientDraws:
     def coefficients(self, rows: pd.DataFrame, seed: int | None = None) -> xr.Dataset:
         """Posterior draws of the six cycle coefficients per row (seconds), dims (sample, row),
         and ``c1c``, ``c2c`` (the costs per speculative cycle: fixed, per sequence),
-        ``prefill_share`` (the drafter's prefill over the verifier's) and ``c1s`` (the
-        ``moe`` level's expert reads per pass at full coverage) where the fit has them.
+        ``prefill_share`` (the drafter's prefill over the verifier's), ``c1s`` and
+        ``expert_ratio`` (the ``moe`` level's expert reads per pass at full coverage and
+        :math:`m/M`) where the fit has them.
 
         A unit (verifier, hardware, cell) the fit saw uses its draws; in the pooled
         structure an unseen cell of a fitted (verifier, hardware) gets the hierarchy's
@@ -63,6 +64,8 @@ class CoefficientDraws:
                 data[name] = (("sample", "row"), post[name].values[:, group])
         if "expert_cost" in post:  # moe: a verifier pass's expert reads at full coverage
             data["c1s"] = (("sample", "row"), post["expert_cost"].values[:, group])
+            ratio = np.broadcast_to(self._expert_ratio(rows["verifier"]), (n, len(rows)))
+            data["expert_ratio"] = (("sample", "row"), ratio)
         if "cycle_overhead" in post:
             data["c1c"] = (("sample", "row"), self._cycle_overhead(rows, "cycle_overhead"))
         if "spec_seq_overhead" in post:
@@ -78,6 +81,13 @@ class CoefficientDraws:
                 ("sample", "row"), self._cycle_overhead(rows, "drafter_prefill")
             )  # fmt: skip
         return xr.Dataset(data, coords={"sample": np.arange(n), "row": np.arange(len(rows))})
+
+    def _expert_ratio(self, verifiers: pd.Series) -> np.ndarray:
+        """:math:`m/M` of each of ``verifiers`` as the ``moe`` fit's design has it (from its
+        rows' expert counts or the catalog: :func:`~specbayes.model.experts.expert_ratios`)."""
+        d = self.design
+        known = dict(zip(d.extra["sweeps"]["verifier"], d.extra["expert_ratio"], strict=True))
+        return np.array([known[v] for v in verifiers], dtype=float)
 
     def _cycle_overhead(self, rows: pd.DataFrame, name: str) -> np.ndarray:
         """(sample, row) draws of a cost per speculative cycle sampled per (verifier,

@@ -41,7 +41,7 @@ from specbayes import __version__, laws
 from specbayes.data import SweepTable, sweep_labels, validate_sweeps
 from specbayes.model.coefficient_draws import CoefficientDraws
 from specbayes.model.design import Design, build_design, configuration_key, log_counts
-from specbayes.model.experts import expert_ratios, expert_reads
+from specbayes.model.experts import expert_reads
 from specbayes.model.graph import build_model
 from specbayes.model.likelihood import (
     log_density,
@@ -388,7 +388,7 @@ class NextFit(CoefficientDraws):
                 )
                 knee[0][:, ~seen], knee[1][:, ~seen] = batch, slope
         if experts is not None:
-            ratio = expert_ratios(rows, rows["verifier"].to_numpy())
+            ratio = self._expert_ratio(rows["verifier"])
             experts = (experts, ratio, rows["k"].to_numpy(float))
         return log_c1, log_c2, c3, knee, experts
 
