@@ -10,9 +10,9 @@ four corner cells (:data:`moe_level.CELLS`) at the defaults, once with ``moe`` a
 ``sd``; every other cell of that verifier and GPU is held out. For each held-out SD sweep,
 ``plan.speedup`` of its arm (its drafter, k and measured alpha) is read at the loads the sweep
 ran, and compared with the measured speedup there: the dense sweep of the same cell at the
-same concurrency (closed loop) or its latency interpolated log-linearly in the rate (open
-loop; only between the dense sweep's own lowest and highest fitted rates). Rows validation
-leaves out (saturated, preempted) are not scored.
+same concurrency (closed loop) or its log latency interpolated in the rate by a monotone cubic
+(PCHIP; open loop, only between the dense sweep's own lowest and highest fitted rates). Rows
+validation leaves out (saturated, preempted) are not scored.
 
 The planner's intervals are of the *mean* latency ratio (no observation noise), so they are
 expected to hold somewhat less than 90 % of measured speedups where the noise matters;
@@ -41,6 +41,8 @@ from moe_level import CELLS  # noqa: E402
 
 def held_out_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per (held-out SD sweep, load): its arm and the measured speedup there."""
+    from scipy.interpolate import PchipInterpolator
+
     from specbayes.data import validate_sweeps
 
     kept = validate_sweeps(rows).data
@@ -62,9 +64,11 @@ def held_out_pairs(rows: pd.DataFrame) -> pd.DataFrame:
                             continue
                         dense_latency = float(match["latency"].iloc[0])
                     elif d["rps"].min() <= load <= d["rps"].max():
-                        dense_latency = float(
-                            np.exp(np.interp(load, d["rps"], np.log(d["latency"])))
-                        )
+                        # shape-preserving: the dense latency is concave in the rate at low
+                        # loads (the coverage grows fast), where a straight line between two
+                        # measured rates under-states it (moe.md, 2026-12-07 10:50)
+                        curve = PchipInterpolator(d["rps"], np.log(d["latency"]))
+                        dense_latency = float(np.exp(curve(load)))
                     else:
                         continue
                     arm = dict(cell=cell, prefill=r["prefill"], decode=r["decode"])
