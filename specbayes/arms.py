@@ -231,7 +231,25 @@ def arm_notes(fit: Any, arm: plan.Arm, *, defaulted: bool = False) -> list[str]:
     knee = knee_text(fit, arm)
     if knee:
         notes.append(f"model: batch curvature (fitted with --curvature) — {knee}")
+    experts = expert_text(fit, arm)
+    if experts:
+        notes.append(f"model: moe — {experts}")
     return notes
+
+
+def expert_text(fit: Any, arm: plan.Arm) -> str | None:
+    """A ``moe`` fit's expert reads for ``arm``'s verifier and GPU, in words (else None)."""
+    if getattr(fit, "model_name", "sd") != "moe":
+        return None
+    ds = fit.coefficients(replace(arm, k=0, alpha=None).row())
+    c1s = 1e3 * ds["c1s"].values[:, 0]
+    lo, mid, hi = np.quantile(c1s, [0.05, 0.5, 0.95])
+    ratio = float(ds["expert_ratio"].values[0, 0])
+    return (
+        f"a verifier pass reads {mid:.3g} ms of experts at full coverage (90 %: {lo:.3g}–"
+        f"{hi:.3g}); a pass routing T tokens touches 1 − (1 − {ratio:.4g})^T of them "
+        "(docs/model.md §5), in every answer below"
+    )
 
 
 def knee_text(fit: Any, arm: plan.Arm) -> str | None:

@@ -200,6 +200,7 @@ def test_plan_and_report_commands_take_a_moe_fit(moe, tmp_path, capsys):
     assert main(["plan", str(path), "--rps", "0.5,1"]) == 0
     out = capsys.readouterr().out
     assert "speedup over dense" in out and "break-even" in out
+    assert "model: moe — a verifier pass reads" in out and "1 − (1 − 0.0625)^T" in out
     assert main(["report", str(path), "--out", str(tmp_path / "report"), "--slo", "60"]) == 0
     assert (tmp_path / "report" / "summary.md").exists()
 
