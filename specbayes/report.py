@@ -126,10 +126,13 @@ def n_star_line(table: pd.DataFrame, prob: float = INTERVAL_PROB, beyond: float 
     extrapolation."""
     row = table.iloc[0]
     if np.isfinite(row.n_star_median):
+        # the direction most crossing draws take: a MoE verifier's dense arm can lose first
+        gains = row.p_loses_then_wins > row.p_wins_then_loses
+        verb, p = ("wins", "loses, then wins") if gains else ("loses", "wins, then loses")
         text = (
-            f"SD loses beyond N* = {_streams(row.n_star_median)} streams ({prob:.0%} interval "
-            f"{_streams(row.n_star_lo)}–{_streams(row.n_star_hi)}; P(wins, then loses) "
-            f"{row.p_wins_then_loses:.2f})"
+            f"SD {verb} beyond N* = {_streams(row.n_star_median)} streams ({prob:.0%} interval "
+            f"{_streams(row.n_star_lo)}–{_streams(row.n_star_hi)}; P({p}) "
+            f"{row[_crossing_column(gains)]:.2f})"
         )
         if row.n_star_median > beyond:  # the law trusted past the data
             text += f" — beyond the highest measured {beyond:g} streams: extrapolated"
@@ -252,13 +255,21 @@ def _headline(fit, arm, ktab, slo, prob) -> Headline:
     return h
 
 
+def _crossing_column(gains: bool) -> str:
+    """``plan.break_even``'s probability of the crossing's direction: SD slower below the
+    crossing (``gains``) or faster."""
+    return "p_loses_then_wins" if gains else "p_wins_then_loses"
+
+
 def _break_even_text(arm, be: pd.Series) -> str:
     """The open-loop break-even load RPS* of ``plan.break_even`` (its row ``be``)."""
     if np.isfinite(be.rps_star_median):
+        gains = be.p_loses_then_wins > be.p_wins_then_loses  # most crossings: SD wins past it
+        verb, p = ("starts", "loses then wins") if gains else ("stops", "wins then loses")
         be_text = (
-            f"SD ({arm.label()}) stops paying at {be.rps_star_median:.2f} req/s "
+            f"SD ({arm.label()}) {verb} paying at {be.rps_star_median:.2f} req/s "
             f"({INTERVAL_PROB:.0%} interval {be.rps_star_lo:.2f}–{be.rps_star_hi:.2f}; "
-            f"P(wins then loses) = {be.p_wins_then_loses:.2f})"
+            f"P({p}) = {be[_crossing_column(gains)]:.2f})"
         )
     else:
         be_text = (

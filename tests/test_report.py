@@ -369,3 +369,24 @@ def test_arm_note_counts_streams_for_a_closed_loop_fit(fit_with_data):
     (note,) = arm_notes(fit_with_data, arm)
     top = plan.measured_max_rps(fit_with_data, arm, [arm.k], load="concurrency")[0]
     assert f"rows up to {top:g} streams" in note and "req/s" not in note
+
+
+def test_break_even_sentences_follow_the_crossing_direction():
+    """Where most crossing draws have SD slower below the crossing (a MoE verifier's dense
+    arm reads more experts as its batch grows), the headline says SD *starts* paying there,
+    with that direction's probability — not 'stops paying'."""
+    from specbayes.report import _break_even_text, n_star_line
+
+    arm = plan.Arm("V", "G", 256, 256, "D", alpha=0.8, k=3)
+    row = dict(p_always_wins=0.1, p_never_wins=0.0, p_wins_then_loses=0.2, p_loses_then_wins=0.7)
+    gains = pd.Series(dict(row, rps_star_median=2.0, rps_star_lo=1.0, rps_star_hi=3.0))
+    text = _break_even_text(arm, gains)
+    assert "starts paying at 2.00 req/s" in text and "P(loses then wins) = 0.70" in text
+    loses = gains.copy()
+    loses[["p_wins_then_loses", "p_loses_then_wins"]] = [0.7, 0.2]
+    assert "stops paying at 2.00 req/s" in _break_even_text(arm, loses)
+    closed = pd.DataFrame([dict(row, n_star_median=12.0, n_star_lo=8.0, n_star_hi=20.0)])
+    assert "SD wins beyond N* = 12 streams" in n_star_line(closed)
+    assert "P(loses, then wins) 0.70)" in n_star_line(closed)
+    closed[["p_wins_then_loses", "p_loses_then_wins"]] = [0.7, 0.2]
+    assert "SD loses beyond N* = 12 streams" in n_star_line(closed)

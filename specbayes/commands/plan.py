@@ -102,7 +102,7 @@ COLUMNS["metric_break_even"] = {
 
 TITLES = {
     "speedup": "speedup over dense vs load (L_dense / L_SD)",
-    "break_even": "break-even load RPS* (SD stops paying)",
+    "break_even": "break-even load RPS* (where SD and dense cross: SD stops paying, or starts)",
     "cost_ratios": "cost ratios SD / dense (C1R: zero-load cost, C2R: cost per unit of load)",
     "k_table": "best draft length per (alpha, load); k = 0 is dense",
     "capacity": "capacity: highest load meeting the SLO",
@@ -114,7 +114,7 @@ TITLES = {
 TITLES_CLOSED = {
     "speedup": "speedup over dense vs concurrency, same N streams in both (L_dense / L_SD = "
     "throughput gain)",
-    "break_even": "break-even concurrency N* (SD loses beyond N* streams)",
+    "break_even": "break-even concurrency N* (where SD and dense cross at the same streams)",
     "k_table": "best draft length per (alpha, streams); k = 0 is dense",
     "capacity": "capacity: most streams meeting the SLO, and the throughput they deliver",
     "replicas": "replicas to carry the total streams under the SLO (each at most its capacity)",
