@@ -153,7 +153,7 @@ def test_moe_model_has_a_proper_prior_and_a_finite_density(moe_rows):
 
 
 def test_fixed_cost_moe_latency_closed_form_and_graph_agree_over_a_wide_range():
-    """Lambert's W (NumPy) and the graph's Newton steps give the least fixed point of
+    """Lambert's W (NumPy) and the graph's Halley steps give the least fixed point of
     :func:`laws.moe_latency` with ``c2s = 0``, from idle to 99.9 % of the wall."""
     rng = np.random.default_rng(7)
     n = 5000
@@ -172,7 +172,7 @@ def test_fixed_cost_moe_latency_closed_form_and_graph_agree_over_a_wide_range():
 
 def test_moe_model_lowers_to_jax_with_pymcs_gradient(moe_rows):
     """NumPyro samples the moe level too: its JAX density and gradient at the initial point
-    are PyTensor's (the Newton steps' ``disconnected_grad`` and the implicit step lower)."""
+    are PyTensor's (the Halley steps' ``disconnected_grad`` and the implicit step lower)."""
     pytest.importorskip("numpyro")
     from jax_gradient import assert_jax_gradient_is_pymcs
 

@@ -75,7 +75,7 @@ from specbayes.laws.latency_law import (
 from specbayes.laws.latency_law import _open_headroom as _open_headroom
 from specbayes.laws.latency_law import _soft_root as _soft_root
 from specbayes.laws.moe import (
-    MOE_FIXED_NEWTON,
+    MOE_FIXED_STEPS,
     MOE_IMPLICIT_ITERATIONS,
     MOE_IMPLICIT_NEWTON,
     SLOPE_CAP,
@@ -95,7 +95,7 @@ from specbayes.laws.moe import _moe_step as _moe_step
 __all__ = [
     "BREAK_EVEN_GRID",
     "KNEE_WIDTH",
-    "MOE_FIXED_NEWTON",
+    "MOE_FIXED_STEPS",
     "MOE_IMPLICIT_ITERATIONS",
     "MOE_IMPLICIT_NEWTON",
     "SLOPE_CAP",
