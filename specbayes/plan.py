@@ -16,7 +16,9 @@ fit of the paper's law),
 so every latency here is :func:`laws.latency` of the law the model was fitted with. A fit with
 the experimental knee (``specbayes fit --knee``) gives each draw a knee in tokens per pass
 and its excess κ instead; an arm's knee :math:`(B_K, \Delta)` (:func:`laws.knee_costs`) then
-goes to every law in place of :math:`C_3` (:func:`knee`).
+goes to every law in place of :math:`C_3` (:func:`knee`). A ``moe`` fit gives each draw a
+verifier pass's expert reads at full coverage and :math:`m/M`; an arm's
+:class:`laws.Experts` (:func:`experts`) then goes to every law as ``experts=``.
 All latencies here are the *mean* latency ``mu`` of the model (no observation noise): the
 quantities a capacity plan is about.
 """
@@ -226,7 +228,7 @@ def _alpha_draws(fit: Any, arm: Arm, n: int, k: np.ndarray) -> np.ndarray:
 
 def _costs(
     fit: Any, coefs: dict[str, np.ndarray], arm: Arm, alpha: Any = None, k: Any = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
     """:func:`laws.effective_costs`, :func:`curvature` and :func:`knee` or :func:`experts`
     over coefficient draws, broadcasting alpha and k after them: ``(C1, C2, C3, term)``."""
     n = coefs["c1p"].shape[0]
@@ -286,7 +288,7 @@ def curvature(coefs: dict, decode: Any, alpha: Any, k: Any) -> np.ndarray:
 
 def effective_cost_draws(
     fit: Any, arm: Arm, *, alpha: Any = None, k: Any = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
     r"""Draws of :math:`(C_1, C_2, C_3, \mathrm{term})` of an arm via
     :func:`laws.effective_costs`, :func:`curvature` (:math:`C_3`: the batch
     curvature) and the law's term beyond them: :func:`knee` (``(batch, slope)`` draws of the
