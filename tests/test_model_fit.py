@@ -490,9 +490,11 @@ def test_fit_summary_says_when_the_start_search_did_not_converge():
 @pytest.mark.slow
 def test_moe_fit_on_paper_rows_is_healthy_and_finds_the_expert_reads():
     """The moe level on four cells of an MoE verifier (both prompt and output lengths vary):
-    healthy at the defaults, and the expert reads within 5 % of the roofline the simulator
-    costs them with (``benchmarks/moe.md``)."""
+    healthy at the defaults, the expert reads within 5 % of the roofline the simulator costs
+    them with, and the planner on a cell the fit never saw: its speedup within a few per cent
+    of the measured one, on the measured side of 1 (``benchmarks/moe.md``, ``moe_plan.py``)."""
     from moe_level import CELLS, rows
+    from moe_plan import held_out_pairs, planned
 
     from specbayes.fit import fit
 
@@ -501,3 +503,9 @@ def test_moe_fit_on_paper_rows_is_healthy_and_finds_the_expert_reads():
     assert s["healthy"], s
     ((mid, lo, hi, roof),) = s["expert_reads"].values()
     assert abs(mid / roof - 1) < 0.05 and lo < mid < hi
+    pairs = held_out_pairs(rows("Qwen3-30B-A3B", "H100-SXM", "512x512"))
+    scored = planned(result, pairs[pairs["k"].isin([1, 3, 6])], "Qwen3-30B-A3B", "H100-SXM")
+    err = np.abs(np.log(scored["median"] / scored["measured"]))
+    assert len(scored) > 20 and np.median(err) < 0.02 and err.max() < 0.1, err.describe()
+    clear = (scored["measured"] - 1).abs() > 0.1
+    assert ((scored["p_faster"] > 0.5) == (scored["measured"] > 1))[clear].all()
