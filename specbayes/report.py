@@ -593,14 +593,17 @@ def _ratios_section(ratios: pd.DataFrame, moe: bool = False) -> list[str]:
         "",
         "SD over dense, same server and workload: C1R = C1,SD / C1,dense (zero-load cost; "
         "1/C1R is the zero-load speedup), C2R = C2,SD / C2,dense (cost per unit of load; "
-        "C2R > 1 means the speedup shrinks as load rises). Red flag: P(C2R > 1) ≥ 0.9."
-        + (
-            " Model `moe`: C1 and C2 leave out the expert reads φ·X, none at zero load; they "
-            "grow with the tokens a pass routes, and SD (k + 1 per sequence) covers the "
-            "experts at a lower load than dense, so the speedup vs load and the break-even "
-            "above include them and the ratios alone do not."
+        "C2R > 1 means the speedup shrinks as load rises). Red flag: P(C2R > 1) ≥ 0.9.",
+        *(
+            [
+                "",
+                "Model `moe`: C1 and C2 leave out the expert reads φ·X, none at zero load; they "
+                "grow with the tokens a pass routes, and SD (k + 1 per sequence) covers the "
+                "experts at a lower load than dense, so the speedup vs load and the break-even "
+                "above include them and the ratios alone do not.",
+            ]
             if moe
-            else ""
+            else []
         ),
         "",
         markdown_table(table),

@@ -202,7 +202,8 @@ def test_plan_and_report_commands_take_a_moe_fit(moe, tmp_path, capsys):
     assert "speedup over dense" in out and "break-even" in out
     assert "model: moe — a verifier pass reads" in out and "1 − (1 − 0.0625)^T" in out
     assert main(["report", str(path), "--out", str(tmp_path / "report"), "--slo", "60"]) == 0
-    assert (tmp_path / "report" / "summary.md").exists()
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "Model `moe`: C1 and C2 leave out the expert reads" in summary
 
 
 def test_unseen_cell_from_the_hierarchy(pooled):
