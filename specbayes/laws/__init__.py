@@ -27,7 +27,10 @@ Layout
                      and :data:`KNEE_WIDTH`), §1.3 the cycle decomposition (passes, pass and
                      cycle cost, effective costs and curvature)
 :mod:`.decisions`    §1.4 speedup, break-even (ratios, concurrency, rate), :func:`optimal_k`
-:mod:`.moe`          §1.5 MoE expert coverage, routed tokens and the MoE latency solvers
+:mod:`.coverage`     §1.5 MoE expert coverage, the law with a configuration's expert reads
+                     (:class:`Experts`, the Lambert-W fixed point, closed loop) and the
+                     ``experts=`` plumbing; imports no other law
+:mod:`.moe`          §1.5 routed tokens and the general MoE latency solvers
 
 Every name is re-exported here, with the private helpers that tests and notes elsewhere name
 (``_moe_step``, ``_open_headroom``, ``_soft_root``): callers write ``specbayes.laws.<name>``,
@@ -41,6 +44,15 @@ from specbayes.laws.acceptance import (
     alpha_from_marginal,
     expected_tokens,
     marginal_acceptance,
+)
+from specbayes.laws.coverage import (
+    MOE_FIXED_STEPS,
+    Experts,
+    expert_coverage,
+    map_term,
+    moe_closed_loop_latency,
+    moe_fixed_cost_latency,
+    term_keywords,
 )
 from specbayes.laws.decisions import (
     BREAK_EVEN_GRID,
@@ -75,20 +87,13 @@ from specbayes.laws.latency_law import (
 from specbayes.laws.latency_law import _open_headroom as _open_headroom
 from specbayes.laws.latency_law import _soft_root as _soft_root
 from specbayes.laws.moe import (
-    MOE_FIXED_STEPS,
     MOE_IMPLICIT_ITERATIONS,
     MOE_IMPLICIT_NEWTON,
     SLOPE_CAP,
-    Experts,
-    expert_coverage,
-    map_term,
-    moe_closed_loop_latency,
-    moe_fixed_cost_latency,
     moe_latency,
     moe_latency_implicit,
     moe_latency_unrolled,
     routed_tokens,
-    term_keywords,
 )
 from specbayes.laws.moe import _moe_step as _moe_step
 

@@ -24,6 +24,7 @@ import numpy as np
 from specbayes import laws
 from specbayes.laws._common import _is_numpy, _namespace, _quiet
 from specbayes.laws.acceptance import expected_tokens
+from specbayes.laws.coverage import moe_closed_loop_latency, moe_fixed_cost_latency
 
 
 def latency(
@@ -93,9 +94,6 @@ def latency(
 
 def _expert_law(load: Any, c1: Any, c2: Any, c3: Any, experts: tuple, *, closed: bool) -> Any:
     """:func:`latency` (or, ``closed``, :func:`closed_loop_latency`) with expert reads."""
-    # laws.moe builds on this module, so it is imported where the expert law is asked for
-    from specbayes.laws.moe import moe_closed_loop_latency, moe_fixed_cost_latency
-
     if not _zero_constant(c3):
         raise ValueError("experts= and a batch curvature c3 exclude each other (the moe level)")
     share, ratio, k = experts
