@@ -1,10 +1,9 @@
 r"""§1.5 the MoE latency as a fixed point.
 
-A mixture-of-experts layer loads the experts its batch routes to: :func:`~specbayes.laws.
-expert_coverage` (:mod:`.coverage`) is the expected fraction :math:`\varphi(T) = 1 - (1 -
-m/M)^T` of a layer's experts that ``T`` routed tokens touch (:func:`routed_tokens`), and the
-general MoE latency is the least fixed point of
-the law with coverage-weighted costs: :func:`moe_latency` (NumPy, converged),
+A mixture-of-experts layer loads the experts its batch routes to: the coverage
+:math:`\varphi(T) = 1 - (1 - m/M)^T` of ``T`` routed tokens (:func:`routed_tokens`;
+``expert_coverage`` in :mod:`.coverage`), and the general MoE latency is the least fixed
+point of the law with coverage-weighted costs: :func:`moe_latency` (NumPy, converged),
 :func:`moe_latency_unrolled` (plain iterations, also PyTensor) and
 :func:`moe_latency_implicit` (PyTensor graphs with the implicit-function gradient;
 :data:`MOE_IMPLICIT_ITERATIONS`, :data:`MOE_IMPLICIT_NEWTON`, :data:`SLOPE_CAP`).
