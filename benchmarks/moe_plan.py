@@ -54,6 +54,10 @@ def held_out_pairs(rows: pd.DataFrame) -> pd.DataFrame:
             d = dense[dense["concurrency"].notna() == closed].sort_values(loop)
             if len(d) < 2:
                 continue
+            # shape-preserving: the dense latency is concave in the rate at low loads (the
+            # coverage grows fast), where a straight line between two measured rates
+            # under-states it (moe.md, 2026-12-07 10:46)
+            curve = None if closed else PchipInterpolator(d["rps"], np.log(d["latency"]))
             sd = in_cell[(in_cell["k"] > 0) & (in_cell["concurrency"].notna() == closed)]
             for (drafter, k, alpha), sweep in sd.groupby(["drafter", "k", "alpha"]):
                 for _, r in sweep.iterrows():
@@ -64,10 +68,6 @@ def held_out_pairs(rows: pd.DataFrame) -> pd.DataFrame:
                             continue
                         dense_latency = float(match["latency"].iloc[0])
                     elif d["rps"].min() <= load <= d["rps"].max():
-                        # shape-preserving: the dense latency is concave in the rate at low
-                        # loads (the coverage grows fast), where a straight line between two
-                        # measured rates under-states it (moe.md, 2026-12-07 10:50)
-                        curve = PchipInterpolator(d["rps"], np.log(d["latency"]))
                         dense_latency = float(np.exp(curve(load)))
                     else:
                         continue
