@@ -57,6 +57,7 @@ __all__ = [
     "experts",
     "fitted_closed_loop",
     "knee",
+    "law_term",
     "measured_max_rps",
     "measured_stream_range",
     "measured_streams",
@@ -185,8 +186,7 @@ def coefficient_draws(fit: Any, *arms: Arm) -> list[dict[str, np.ndarray]]:
             raise
         ds = fit.coefficients(pd.concat([a.row() for a in arms], ignore_index=True))
     n = ds.sizes["sample"]
-    # the experimental knee's draws only where the fit has them: their absence is the
-    # "no knee" that every law below is told with knee=None
+    # a knee's or expert reads' draws only where the fit has them (absent: no such term)
     law = tuple(name for name in KNEE_LAW + EXPERTS if name in ds)
     return [
         {
@@ -245,18 +245,20 @@ def _costs(
         **{name: c[name] for name in CYCLE_COSTS},
     )  # fmt: skip
     c3 = curvature(c, arm.decode, alpha, k)
-    term = knee(c, arm.decode, alpha, k)
-    if term is None:  # a fit has a knee, expert reads or neither
-        term = experts(c, arm.decode, alpha, k)
-    term = laws.map_term(term, lambda x: np.broadcast_to(x, c2.shape))
+    term = laws.map_term(law_term(c, arm.decode, alpha, k), lambda x: np.broadcast_to(x, c2.shape))
     return c1, c2, np.broadcast_to(c3, c2.shape), term
 
 
+def law_term(coefs: dict, decode: Any, alpha: Any, k: Any) -> Any:
+    """The law's term beyond :math:`C_1, C_2, C_3` of coefficient draws: :func:`knee` or
+    :func:`experts` (a fit has at most one), else ``None``."""
+    term = knee(coefs, decode, alpha, k)
+    return experts(coefs, decode, alpha, k) if term is None else term
+
+
 def experts(coefs: dict, decode: Any, alpha: Any, k: Any) -> laws.Experts | None:
-    r"""The ``moe`` level's expert reads of coefficient draws (:class:`laws.Experts`), ``None``
-    without them: a request's reads at full coverage :math:`X = (g/E)\,c_{1s}` — its
-    verifier passes (:func:`laws.verifier_passes`) times a pass's read of every expert —
-    with :math:`m/M` and k, as the fit's own rows get theirs."""
+    r"""A ``moe`` fit's expert reads of coefficient draws (:class:`laws.Experts`: passes
+    :math:`g/E` times :math:`c_{1s}`, :math:`m/M`, k), ``None`` without them."""
     if "c1s" not in coefs:
         return None
     share = laws.verifier_passes(decode, alpha, k) * coefs["c1s"]
@@ -290,10 +292,8 @@ def effective_cost_draws(
     fit: Any, arm: Arm, *, alpha: Any = None, k: Any = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
     r"""Draws of :math:`(C_1, C_2, C_3, \mathrm{term})` of an arm via
-    :func:`laws.effective_costs`, :func:`curvature` (:math:`C_3`: the batch
-    curvature) and the law's term beyond them: :func:`knee` (``(batch, slope)`` draws of the
-    experimental knee), :func:`experts` (a ``moe`` fit's :class:`laws.Experts`) or ``None``;
-    pass it on as ``**laws.term_keywords(term)`` to the laws.
+    :func:`laws.effective_costs`, :func:`curvature` (the batch curvature) and
+    :func:`law_term` (pass it on as ``**laws.term_keywords(term)`` to the laws).
 
     ``alpha`` and ``k`` (arrays) override the arm's and broadcast after the sample axis:
     the result has shape ``(sample, *broadcast(alpha, k).shape)``. Without ``alpha`` an SD

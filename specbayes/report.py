@@ -67,9 +67,8 @@ def collapse_points(fit: Any) -> pd.DataFrame:
     draws = {n: ds[n].values for n in ds.data_vars}
     c3 = plan.curvature(draws, g, alpha, k)
     c1m, c2m, c3m = (np.mean(np.broadcast_to(c, c1.shape), axis=0) for c in (c1, c2, c3))
-    # the experimental knee, as (batch, slope) means, or a moe fit's expert reads
-    bend = plan.knee(draws, g, alpha, k)
-    bend = plan.experts(draws, g, alpha, k) if bend is None else bend
+    # the knee or a moe fit's expert reads, at their posterior means
+    bend = plan.law_term(draws, g, alpha, k)
     bend = laws.term_keywords(
         laws.map_term(bend, lambda x: np.mean(np.broadcast_to(x, c1.shape), axis=0))
     )
