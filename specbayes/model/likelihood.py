@@ -67,9 +67,11 @@ def _log_moe_latency(c1: Any, c2: Any, load: Any, closed: Any, c1s: Any, ratio: 
     xp = _namespace(c1, c2, c1s)
     # each branch at a harmless load on the other loop's rows (0: the law at idle)
     rps, streams = xp.where(closed, 0.0, load), xp.where(closed, load, 0.0)
+    # the planner's laws with the same expert reads (laws.Experts): one law for both
+    reads = laws.Experts(c1s, ratio, k)
     with np.errstate(all="ignore"):
-        open_loop = laws.moe_fixed_cost_latency(rps, c1, c1s, c2, ratio, 1.0, k)
-        closed_loop = laws.moe_closed_loop_latency(streams, c1, c1s, c2, ratio, 1.0, k)
+        open_loop = laws.latency(rps, c1, c2, experts=reads)
+        closed_loop = laws.closed_loop_latency(streams, c1, c2, experts=reads)
         return xp.log(xp.where(closed, closed_loop, open_loop))
 
 
