@@ -15,7 +15,9 @@ Every statistic rises with the running batch :math:`B`, so per posterior draw an
 in a closed loop and :math:`\lambda^* = B^*/L(B^*)` requests per second in an open one
 (Little's law, :math:`L(B) = C_1 + B C_2 + B^2 C_3` the law's mean latency at that batch; with
 the experimental knee the rate whose open-loop batch :math:`\lambda L(\lambda)` is
-:math:`B^*`, :func:`load_at`).
+:math:`B^*`, :func:`load_at`). On the ``moe`` level the zero-load part carries the expert
+reads at the batch's coverage, :math:`\rho_a(C_1 + \varphi(B(k+1))X)`: :math:`B^*` by
+bisection (:func:`batch_at`), the rate again :math:`B^*/L(B^*)` with the closed loop's law.
 All SLOs hold up to the smallest of their loads: the capacity of :func:`specbayes.plan.capacity`
 is a quantile of that minimum over draws.
 """
@@ -95,21 +97,53 @@ def check_slo(fit: Any, slo: dict[str, float]) -> dict[str, float]:
     return dict(slo)
 
 
-def batch_at(fit: Any, arm, ks: np.ndarray, name: str, target: float, c1, c2) -> np.ndarray:
+def batch_at(
+    fit: Any, arm, ks: np.ndarray, name: str, target: float, c1, c2, experts=None
+) -> np.ndarray:
     r"""(sample, k) running batch :math:`B^*` at which metric ``name`` reaches ``target``
-    (0 where no batch meets it, ``inf`` where a zero load-dependent share never reaches it)."""
-    from specbayes.model.metrics import log_unit
+    (0 where no batch meets it, ``inf`` where a zero load-dependent share never reaches it).
+
+    With ``experts`` (:class:`laws.Experts`, the ``moe`` level) the zero-load part carries
+    the reads at the batch's coverage, :math:`\rho_a (C_1 + \varphi(B(k+1)) X)`
+    (:func:`specbayes.model.metrics.log_fixed_cost`): still rising in :math:`B`, no longer
+    linear, so :math:`B^*` is found by bisection below the linear law's batch at
+    ``target`` (the reads only add)."""
+    from specbayes.model.metrics import log_fixed_cost, log_unit
 
     rows = pd.concat([replace(arm, k=int(k)).row() for k in ks], ignore_index=True)
     shares = np.exp(fit.metric_shares(rows, name))  # (sample, term, k)
     scale = np.exp(log_unit(name, [arm.decode]))[0]
     with np.errstate(all="ignore"):
         b = (target * scale - shares[:, 0] * c1) / (shares[:, 1] * c2)
-    return np.where(np.isnan(b), 0.0, np.maximum(b, 0.0))
+    b = np.where(np.isnan(b), 0.0, np.maximum(b, 0.0))
+    if experts is None:
+        return b
+
+    def metric(batch):
+        fixed = np.exp(log_fixed_cost(np.log(c1), np.log(batch), experts))
+        return (shares[:, 0] * fixed + shares[:, 1] * c2 * batch) / scale
+
+    return _bisect_up(metric, target, np.where(np.isfinite(b), b, 1e9))
+
+
+def _bisect_up(f, target: float, hi: np.ndarray, iterations: int = 60) -> np.ndarray:
+    """Largest ``x`` in ``[0, hi]`` with ``f(x) <= target`` for ``f`` rising in ``x``."""
+    lo = np.zeros(np.shape(hi))
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        with np.errstate(all="ignore"):
+            ok = f(mid) <= target
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return lo
 
 
 def load_at(batch, c1, c2, c3, closed_loop: bool, knee=None, iterations: int = 60) -> np.ndarray:
     r"""Load at a running batch: :math:`N = B` streams, or :math:`\lambda = B / L(B)`.
+
+    With :class:`laws.Experts` for ``knee`` (the ``moe`` level) the open-loop rate is
+    :math:`B / L_\mathrm{closed}(B)` with the reads at the batch's coverage: the open-loop
+    fixed point :math:`L(1 - \lambda C_2) = C_1 + \varphi(\lambda L(k+1)) X` is the closed
+    loop's law at :math:`B = \lambda L`.
 
     With a ``knee`` = :math:`(B_K, \Delta)` (:func:`laws.knee_latency`, in place of
     :math:`C_3`) the open-loop law is smoothed in the batch of the law without the knee, so
@@ -119,6 +153,9 @@ def load_at(batch, c1, c2, c3, closed_loop: bool, knee=None, iterations: int = 6
     """
     if closed_loop:
         return batch
+    if isinstance(knee, laws.Experts):
+        with np.errstate(all="ignore"):
+            return batch / laws.closed_loop_latency(batch, c1, c2, c3, experts=knee)
     if knee is not None:
         batch, c1, c2, b_k, slope = np.broadcast_arrays(
             *(np.asarray(x, dtype=float) for x in (batch, c1, c2, *knee))
@@ -143,9 +180,10 @@ def slo_loads(
 ) -> dict[str, np.ndarray]:
     """Per SLO, (sample, k) draws of the highest load that meets it (rps, or streams).
 
-    ``costs`` is ``(C1, C2, C3)`` or ``(C1, C2, C3, knee)`` (:func:`specbayes.plan.
-    effective_cost_draws`; ``knee`` ``None`` without one)."""
+    ``costs`` is ``(C1, C2, C3)`` or ``(C1, C2, C3, term)`` (:func:`specbayes.plan.
+    effective_cost_draws`; ``term`` a knee, :class:`laws.Experts` or ``None``)."""
     c1, c2, c3, knee = (*costs, None) if len(costs) == 3 else costs
+    experts = knee if isinstance(knee, laws.Experts) else None
     out = {}
     for name, target in slo.items():
         if name == MEAN_LATENCY:
@@ -153,6 +191,6 @@ def slo_loads(
             out[name] = inverse(target, c1, c2, c3, **laws.term_keywords(knee))
         else:
             # the metric's own shares of C1 and C2 (no knee in them): its batch, then the load
-            batch = batch_at(fit, arm, ks, name, target, c1, c2)
+            batch = batch_at(fit, arm, ks, name, target, c1, c2, experts)
             out[name] = load_at(batch, c1, c2, c3, closed_loop, knee)
     return out

@@ -182,10 +182,66 @@ def test_moe_model_lowers_to_jax_with_pymcs_gradient(moe_rows):
     assert_jax_gradient_is_pymcs(build_model(build_design(validate_sweeps(moe_rows), "moe")))
 
 
-def test_moe_fit_refuses_metrics_in_one_line(moe_rows):
-    """The metric models do not see the expert coverage yet: asking for them is one line,
-    before any work."""
-    from specbayes.model.fitted import fit_next
+@pytest.fixture(scope="module")
+def moe_sim_rows():
+    """A simulated MoE verifier (Qwen3-30B-A3B, H100), dense and EAGLE-3 k = 3, closed loop
+    at four stream counts: rows with TTFT and ITL percentiles (the paper set has none)."""
+    from specbayes.sim import simulate_point
 
-    with pytest.raises(ValueError, match="metric models are on the dense and sd levels"):
-        fit_next(moe_rows, "moe", metrics=("ttft_p50",))
+    rows = [
+        simulate_point("Qwen3-30B-A3B", hardware="H100-SXM", prefill=512, decode=256,
+                       concurrency=n, n_requests=100, seed=i, **arm)
+        for arm in ({"k": 0}, {"drafter": "EAGLE3-Qwen3-30B-A3B", "alpha": 0.7, "k": 3})
+        for i, n in enumerate((1, 4, 16, 64))
+    ]  # fmt: skip
+    return validate_sweeps(pd.DataFrame(rows))
+
+
+def test_moe_metric_zero_load_part_carries_the_expert_reads_at_the_batchs_coverage():
+    from specbayes.model.metrics import log_fixed_cost
+
+    x = _law_inputs(seed=2)
+    batch = np.log(x["load"])
+    got = log_fixed_cost(x["log_c1"], batch, (x["c1s"], x["ratio"], x["k"]))
+    phi = laws.expert_coverage(x["load"] * (x["k"] + 1), x["ratio"], 1.0)
+    np.testing.assert_allclose(np.exp(got), np.exp(x["log_c1"]) + phi * x["c1s"], rtol=1e-12)
+    assert log_fixed_cost(x["log_c1"], batch) is x["log_c1"]  # no experts: C1 itself
+    # the graph's formula is NumPy's
+    v = pt.dvector()
+    f = pytensor.function([v], log_fixed_cost(v, batch, (x["c1s"], x["ratio"], x["k"]), pt))
+    np.testing.assert_allclose(f(x["log_c1"]), got, rtol=1e-12)
+
+
+def test_moe_metrics_are_one_density_in_the_graph_and_the_stored_groups(moe_sim_rows):
+    """The metric model on the moe level: the stored log likelihood (what ``az.loo`` reads)
+    is the graph's density at the same point, the expert reads included."""
+    import xarray as xr
+
+    from specbayes.model.metrics import stored_groups
+    from specbayes.model.priors import merge_priors
+
+    metrics = ("ttft_p99", "itl_p99")
+    design = build_design(moe_sim_rows, "moe")
+    model = build_model(design, metrics=metrics)
+    assert {v.name for v in model.observed_RVs} == {"log_latency", "log_metric"}
+    point = model.initial_point()
+    kw = dict(inputs=model.value_vars, on_unused_input="ignore")
+    rv = model["log_metric"]
+    graph = np.asarray(model.compile_fn(model.logp(vars=[rv], sum=False), **kw)(point)).ravel()
+    names = ["log_c1", "log_c2", "mu", "expert_c1", "metric_log_share", "metric_sigma"]
+    at_point = model.replace_rvs_by_values([model[n] for n in names])
+    values = model.compile_fn(at_point, **kw)(point)
+    post = xr.Dataset(
+        {n: (("chain", "draw", *[f"{n}_{i}" for i in range(np.ndim(v))]), np.asarray(v)[None, None])
+         for n, v in zip(names, values, strict=True)}
+    )  # fmt: skip
+    pr = merge_priors(None)
+    stored = stored_groups(design, metrics, post, pr, np.random.default_rng(0))
+    np.testing.assert_allclose(stored["log_likelihood"][0, 0], graph, rtol=1e-9, atol=1e-9)
+    # and the reads matter: without them the metric mean is another one
+    bare = stored_groups(design, metrics, post.drop_vars("expert_c1"), pr,
+                         np.random.default_rng(0))  # fmt: skip
+    assert not np.allclose(bare["log_likelihood"], stored["log_likelihood"])
+    assert np.all(np.isfinite(graph))
+    prior = pm.sample_prior_predictive(20, model=model, random_seed=1)
+    assert np.mean(np.isfinite(prior.prior_predictive["log_metric"].values)) > 0.95

@@ -66,3 +66,26 @@ def test_open_loop_slo_past_the_curved_peak_holds_to_the_wall():
     peak = np.sqrt(c1 / c3)
     got = load_at(2 * peak, c1, c2, c3, closed_loop=False)
     np.testing.assert_allclose(got, laws.saturation_rps(c1, c2, c3))
+
+
+def test_moe_metric_slo_load_inverts_the_formula_with_the_expert_reads():
+    """On the moe level a metric's zero-load part carries the expert reads at the batch's
+    coverage: the SLO's batch is met exactly, the reads lower it below the linear law's, and
+    the open-loop rate gives the batch back through the moe law's fixed point."""
+    fit, arm = _Stub(0.02, 0.3), Arm("v", "h", prefill=100, decode=200)
+    c1, c2, c3 = np.full((3, 1), 4.0), np.full((3, 1), 0.05), np.zeros((3, 1))
+    experts = laws.Experts(np.full((3, 1), 6.0), 8 / 128, np.array([3]))
+    target = 0.5
+    batch = batch_at(fit, arm, np.array([3]), "ttft_p99", target, c1, c2, experts)
+    phi = laws.expert_coverage(batch * 4, 8 / 128, 1.0)
+    np.testing.assert_allclose(0.02 * (c1 + phi * 6.0) + 0.3 * c2 * batch, target, rtol=1e-9)
+    assert np.all(batch < batch_at(fit, arm, np.array([3]), "ttft_p99", target, c1, c2))
+    costs = (c1, c2, c3, experts)
+    streams = slo_loads(fit, arm, np.array([3]), {"ttft_p99": target}, costs, True)
+    np.testing.assert_allclose(streams["ttft_p99"], batch)
+    rps = slo_loads(fit, arm, np.array([3]), {"ttft_p99": target}, costs, False)["ttft_p99"]
+    np.testing.assert_allclose(rps * laws.latency(rps, c1, c2, experts=experts), batch,
+                               rtol=1e-7)  # fmt: skip
+    # an SLO below the idle server's value holds at no load
+    none = batch_at(fit, arm, np.array([3]), "ttft_p99", 0.05, c1, c2, experts)
+    np.testing.assert_array_equal(none, 0.0)

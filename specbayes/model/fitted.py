@@ -54,6 +54,7 @@ from specbayes.model.metrics import (
     excess_scale,
     family,
     log_batch,
+    log_fixed_cost,
     log_metric_mean,
     log_unit,
     log_width,
@@ -111,11 +112,6 @@ def fit_next(
     """
     options = check_options(sampler_options)
     metrics = check_metrics(metrics)
-    if metrics and level == "moe":
-        raise ValueError(
-            "metrics: the per-point metric models are on the dense and sd levels — their "
-            "TTFT and ITL do not yet see the expert coverage; fit the metrics with --model sd"
-        )
     t0 = time.perf_counter()
     table = prepare_table(sweeps, level)
     design = build_design(table, level, structure)
@@ -418,7 +414,8 @@ class NextFit(CoefficientDraws):
 
     def _row_state(self, rows: pd.DataFrame, measured: bool, seed: int | None) -> dict:
         """Per row: ``rows`` (completed), ``log_c1``, ``log_c2``, ``mu`` (sample, row; ``mu``
-        ``inf`` past the wall), ``load`` and ``closed``."""
+        ``inf`` past the wall), ``load``, ``closed`` and ``experts`` (the ``moe`` level's
+        ``(X, m/M, k)``, else ``None``)."""
         rows = self._rows(rows)
         log_c1, log_c2, c3, knee, experts = self._row_costs(rows, measured, seed)
         closed = rows["concurrency"].notna().to_numpy()
@@ -435,7 +432,7 @@ class NextFit(CoefficientDraws):
         mu = np.where(np.isnan(mu), np.inf, mu)  # past the wall: unbounded
         return dict(
             rows=rows, log_c1=log_c1, log_c2=log_c2, mu=mu, scale_mu=scale_mu, load=load,
-            closed=closed,
+            closed=closed, experts=experts,
         )  # fmt: skip
 
     def _log_mu(
@@ -518,8 +515,8 @@ class NextFit(CoefficientDraws):
         with np.errstate(all="ignore"):
             batch = log_batch(st["mu"], st["load"], st["closed"])
             loc = log_metric_mean(
-                st["log_c1"], st["log_c2"], batch, shares[:, 0], shares[:, 1],
-                log_unit(name, rows["decode"]),
+                log_fixed_cost(st["log_c1"], batch, st["experts"]), st["log_c2"], batch,
+                shares[:, 0], shares[:, 1], log_unit(name, rows["decode"]),
             )  # fmt: skip
             if predictive:
                 j, pr = self.metrics.index(name), merge_priors(self.config.get("priors"))

@@ -161,7 +161,7 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
                 signature="(n),(n),(),()->(n)", observed=design.log_latency, dims="obs",
             )  # fmt: skip
         if metrics:
-            metric_likelihood(design, pr, check_metrics(metrics), log_c1, log_c2, mu)
+            metric_likelihood(design, pr, check_metrics(metrics), log_c1, log_c2, mu, experts)
     return model
 
 

@@ -12,7 +12,8 @@ latency — is modelled as the same two costs rescaled:
     \qquad B_i = \lambda_i L_i \ \text{(open loop)}, \quad B_i = N_i \ \text{(closed)}
 
 with :math:`C_{1,s}, C_{2,s}` the sweep's own costs and :math:`L_i` the law's mean latency
-of the row (so the metric rises toward the same wall), :math:`s_i` the metric's unit
+of the row (so the metric rises toward the same wall; on the ``moe`` level :math:`C_{1,s}`
+with the expert reads at the row's coverage, :func:`log_fixed_cost`), :math:`s_i` the metric's unit
 (:math:`g - 1` output tokens for ITL, 1 for per-request times) and :math:`\rho_{a,s},
 \rho_{b,s} > 0` the metric's shares of the zero-load and the load-dependent cost:
 for TTFT the prefill and the queue for a batch slot (small :math:`\rho_a`, a
@@ -47,6 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specbayes import laws
 from specbayes.data import PERCENTILE_LEVELS
 
 #: The statistics a fit can model, by family (column prefix): per-request times and per
@@ -102,6 +104,22 @@ def log_metric_mean(log_c1, log_c2, log_batch, log_rho_a, log_rho_b, log_s, xp=n
     r""":math:`\log m = \log(\rho_a C_1 + \rho_b C_2 B) - \log s`, stably (log-sum-exp);
     ``xp`` is NumPy or ``pytensor.tensor`` — the one formula for the graph and prediction."""
     return xp.logaddexp(log_rho_a + log_c1, log_rho_b + log_c2 + log_batch) - log_s
+
+
+def log_fixed_cost(log_c1: Any, log_batch: Any, experts: Any = None, xp=np) -> Any:
+    r"""Log of the zero-load cost a metric takes its share :math:`\rho_a` of: :math:`\log C_1`,
+    or on the ``moe`` level :math:`\log(C_1 + \varphi(B(k + 1))\,X)` — the law's part that
+    does not scale with the running sequences, its expert reads at the coverage of the
+    :math:`B(k + 1)` tokens a pass routes (:class:`specbayes.laws.Experts` ``(X, m/M, k)``
+    per row; docs/model.md §5). A pass at batch :math:`B` pays them whatever the metric: the
+    decode step behind ITL reads the experts its batch touches, and so does the step a
+    prompt's prefill rides with."""
+    if experts is None:
+        return log_c1
+    share, ratio, k = experts
+    with np.errstate(divide="ignore"):
+        coverage = laws.expert_coverage(xp.exp(log_batch) * (k + 1.0), ratio, 1.0)
+        return xp.logaddexp(log_c1, xp.log(coverage) + xp.log(share))
 
 
 def log_batch(mu: Any, load: Any, closed: Any, xp=np) -> Any:
@@ -242,11 +260,14 @@ def prior_centres(metrics: tuple[str, ...], pr: dict) -> np.ndarray:
     return np.array([[pr["metric_share"][family(m)][t] for t in TERMS] for m in metrics])
 
 
-def metric_likelihood(design, pr: dict, metrics: tuple[str, ...], log_c1, log_c2, mu) -> None:
+def metric_likelihood(
+    design, pr: dict, metrics: tuple[str, ...], log_c1, log_c2, mu, experts=None
+) -> None:
     r"""Add the metric shares and the observed ``log_metric`` to the model in context.
 
     ``log_c1, log_c2`` per sweep and ``mu`` per row are the latency model's tensors: the
-    metrics share its costs and its batch."""
+    metrics share its costs and its batch; ``experts`` (the ``moe`` level) the rows'
+    ``(X, m/M, k)``, whose reads join the zero-load cost (:func:`log_fixed_cost`)."""
     import pymc as pm
     import pytensor.tensor as pt
 
@@ -280,8 +301,10 @@ def metric_likelihood(design, pr: dict, metrics: tuple[str, ...], log_c1, log_c2
     m, obs = table["metric"].to_numpy(int), table["obs"].to_numpy(int)
     s = design.obs_sweep[obs]
     batch = log_batch(mu[obs], design.load[obs], design.obs_closed[obs], pt)
+    rows_experts = None if experts is None else tuple(x[obs] for x in experts)
+    fixed = log_fixed_cost(log_c1[s], batch, rows_experts, pt)
     loc = log_metric_mean(
-        log_c1[s], log_c2[s], batch, log_rho[m, 0, s], log_rho[m, 1, s], table["log_s"].values, pt
+        fixed, log_c2[s], batch, log_rho[m, 0, s], log_rho[m, 1, s], table["log_s"].values, pt
     )
     y = table["log_y"].to_numpy(float)
     if pr["metric_excess"] is None:
@@ -382,10 +405,14 @@ def stored_groups(design, metrics: tuple[str, ...], post, pr: dict, rng) -> dict
     s = design.obs_sweep[obs]
     log_c1, log_c2 = post["log_c1"].values[..., s], post["log_c2"].values[..., s]
     batch = log_batch(post["mu"].values[..., obs], design.load[obs], design.obs_closed[obs])
+    experts = None
+    if "expert_c1" in post:  # the moe level (graph.py's rows' reads)
+        experts = (post["expert_c1"].values[..., s], design.extra["expert_ratio"][s], design.k[s])
     shares = post["metric_log_share"].values  # (chain, draw, metric, term, sweep)
     loc = log_metric_mean(
-        log_c1, log_c2, batch, shares[..., m, 0, s], shares[..., m, 1, s], table["log_s"].values
-    )
+        log_fixed_cost(log_c1, batch, experts), log_c2, batch, shares[..., m, 0, s],
+        shares[..., m, 1, s], table["log_s"].values,
+    )  # fmt: skip
     sigma = post["metric_sigma"].values[..., m] * np.exp(table["log_w"].to_numpy(float))
     y = table["log_y"].to_numpy(float)
     share = table["excess"].to_numpy(float)
