@@ -89,15 +89,17 @@ def highest_unsaturated(data: pd.DataFrame) -> np.ndarray:
     return (ok & (load == load.groupby(keys).transform("max"))).to_numpy()
 
 
-def fit_and_predict(data: pd.DataFrame, held: np.ndarray, metrics, label: str, priors=None):
-    """Fit on ``~held`` (prior overrides ``priors``), predict every metric on the held-out
-    unsaturated rows."""
+def fit_and_predict(
+    data: pd.DataFrame, held: np.ndarray, metrics, label: str, priors=None, model: str = "sd"
+):
+    """Fit ``model`` on ``~held`` (prior overrides ``priors``), predict every metric on the
+    held-out unsaturated rows."""
     from specbayes.fit import fit
 
     train = data[~held]
     test = data[held & ~data["saturated"].astype(bool).to_numpy()].reset_index(drop=True)
     t0 = time.perf_counter()
-    result = fit(train, "sd", metrics=metrics, priors=priors, progress=False)
+    result = fit(train, model, metrics=metrics, priors=priors, progress=False)
     preds = heldout_metrics(result, test)
     ids = test[["cell", "drafter", "k", "concurrency"]].iloc[preds["row"].to_numpy()]
     preds = pd.concat([ids.reset_index(drop=True), preds.drop(columns="row")], axis=1)
@@ -118,10 +120,10 @@ def fit_and_predict(data: pd.DataFrame, held: np.ndarray, metrics, label: str, p
     return preds.assign(fold=label), health
 
 
-def alternate(data: pd.DataFrame, metrics, name: str, priors=None):
+def alternate(data: pd.DataFrame, metrics, name: str, priors=None, model: str = "sd"):
     """Two folds: odd, then even load positions held out in every sweep."""
     rank = load_rank(data).to_numpy()
-    out = [fit_and_predict(data, rank % 2 == r, metrics, f"{name} {p}", priors)
+    out = [fit_and_predict(data, rank % 2 == r, metrics, f"{name} {p}", priors, model)
            for r, p in ((1, "odd"), (0, "even"))]  # fmt: skip
     return pd.concat([p for p, _ in out], ignore_index=True), [h for _, h in out]
 
