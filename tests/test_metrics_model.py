@@ -56,7 +56,9 @@ def test_long_table_keeps_observed_rows_only():
     table = long_table(data, ("ttft_p99", "itl_p50"))
     # ttft: rows 0 and 2; itl: not the one-token output of row 0
     assert table[["metric", "obs"]].values.tolist() == [[0, 0], [0, 2], [1, 1], [1, 2]]
-    np.testing.assert_allclose(table["log_s"], [0, 0, np.log(4), np.log(8)])
+    # per token: TTFT's g (a step's share), ITL's g - 1 after the first
+    np.testing.assert_allclose(table["log_s"], [0, np.log(9), np.log(4), np.log(8)])
+    assert long_table(data.assign(latency_p95=1.0), ("latency_p95",))["log_s"].eq(0).all()
 
 
 def test_a_percentile_of_few_requests_is_noisier():

@@ -48,16 +48,16 @@ def test_check_slo_names_what_the_fit_lacks():
 def test_metric_slo_load_inverts_the_metric_formula():
     fit, arm = _Stub(0.02, 0.3), Arm("v", "h", prefill=100, decode=200)
     c1, c2, c3 = np.full((3, 1), 4.0), np.full((3, 1), 0.05), np.zeros((3, 1))
-    target = 0.5
+    target, unit = 0.005, 200.0  # TTFT's shares are of the per-token cost: s = g
     batch = batch_at(fit, arm, np.array([0]), "ttft_p99", target, c1, c2)
-    np.testing.assert_allclose(0.02 * c1 + 0.3 * c2 * batch, target)  # the SLO is met exactly
+    np.testing.assert_allclose((0.02 * c1 + 0.3 * c2 * batch) / unit, target)  # met exactly
     streams = slo_loads(fit, arm, np.array([0]), {"ttft_p99": target}, (c1, c2, c3), True)
     np.testing.assert_allclose(streams["ttft_p99"], batch)
     rps = load_at(batch, c1, c2, c3, closed_loop=False)
     # open loop: at that rate Little's law with the law's latency gives back the batch
     np.testing.assert_allclose(rps * laws.latency(rps, c1, c2), batch)
     # an SLO below the idle server's value holds at no load
-    none = batch_at(fit, arm, np.array([0]), "ttft_p99", 0.05, c1, c2)
+    none = batch_at(fit, arm, np.array([0]), "ttft_p99", 1e-4, c1, c2)
     np.testing.assert_array_equal(none, 0.0)
 
 
@@ -75,10 +75,11 @@ def test_moe_metric_slo_load_inverts_the_formula_with_the_expert_reads():
     fit, arm = _Stub(0.02, 0.3), Arm("v", "h", prefill=100, decode=200)
     c1, c2, c3 = np.full((3, 1), 4.0), np.full((3, 1), 0.05), np.zeros((3, 1))
     experts = laws.Experts(np.full((3, 1), 6.0), 8 / 128, np.array([3]))
-    target = 0.5
+    target, unit = 0.005, 200.0
     batch = batch_at(fit, arm, np.array([3]), "ttft_p99", target, c1, c2, experts)
     phi = laws.expert_coverage(batch * 4, 8 / 128, 1.0)
-    np.testing.assert_allclose(0.02 * (c1 + phi * 6.0) + 0.3 * c2 * batch, target, rtol=1e-9)
+    got = (0.02 * (c1 + phi * 6.0) + 0.3 * c2 * batch) / unit
+    np.testing.assert_allclose(got, target, rtol=1e-9)
     assert np.all(batch < batch_at(fit, arm, np.array([3]), "ttft_p99", target, c1, c2))
     costs = (c1, c2, c3, experts)
     streams = slo_loads(fit, arm, np.array([3]), {"ttft_p99": target}, costs, True)
@@ -87,5 +88,5 @@ def test_moe_metric_slo_load_inverts_the_formula_with_the_expert_reads():
     np.testing.assert_allclose(rps * laws.latency(rps, c1, c2, experts=experts), batch,
                                rtol=1e-7)  # fmt: skip
     # an SLO below the idle server's value holds at no load
-    none = batch_at(fit, arm, np.array([3]), "ttft_p99", 0.05, c1, c2, experts)
+    none = batch_at(fit, arm, np.array([3]), "ttft_p99", 1e-4, c1, c2, experts)
     np.testing.assert_array_equal(none, 0.0)

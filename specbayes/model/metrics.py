@@ -53,7 +53,7 @@ from specbayes.data import PERCENTILE_LEVELS
 
 #: The statistics a fit can model, by family (column prefix): per-request times and per
 #: output token (ITL: GuideLLM's ITL, vLLM/SGLang's TPOT).
-FAMILIES: dict[str, str] = {"latency": "request", "ttft": "request", "itl": "token"}
+FAMILIES: dict[str, str] = {"latency": "request", "ttft": "step", "itl": "token"}
 
 #: Every column name the metric model accepts (``latency`` itself is the law's).
 METRIC_COLUMNS: tuple[str, ...] = tuple(
@@ -94,10 +94,21 @@ def check_metrics(metrics: Any) -> tuple[str, ...]:
 
 def log_unit(name: str, decode: Any) -> Any:
     r"""Log of the metric's unit :math:`s`: :math:`\log(g - 1)` per output token after the
-    first (ITL), 0 per request."""
-    if FAMILIES[family(name)] == "token":
-        return np.log(np.maximum(np.asarray(decode, float) - 1.0, 1.0))
-    return np.zeros_like(np.asarray(decode, float))
+    first (ITL), :math:`\log g` per engine step (TTFT), 0 per request (latency percentiles).
+
+    A first token waits for a few engine steps — the one its prefill rides with and the one
+    running when it arrives — whatever the output length, while :math:`C_1, C_2` are sums
+    over a request's :math:`g` tokens: TTFT's shares are of the per-token cost, a dense
+    step's (an SD step is :math:`E` tokens'), so they carry across workloads of other output
+    lengths (``benchmarks/moe_metrics.md``: per request, a share learned on four cells
+    missed the others' p99 TTFT by 65 %)."""
+    g = np.asarray(decode, float)
+    unit = FAMILIES[family(name)]
+    if unit == "token":
+        return np.log(np.maximum(g - 1.0, 1.0))
+    if unit == "step":
+        return np.log(np.maximum(g, 1.0))
+    return np.zeros_like(g)
 
 
 def log_metric_mean(log_c1, log_c2, log_batch, log_rho_a, log_rho_b, log_s, xp=np):

@@ -322,10 +322,12 @@ DEFAULT_PRIORS: dict[str, dict] = {
     # catalog knows, log-normal around physics.drafter_prefill_share; None = off
     "drafter_prefill": DRAFTER_PREFILL,
     "wall_softness": 0.01,
-    # per-point metrics beside the mean latency (issue 45; specbayes.model.metrics)
+    # per-point metrics beside the mean latency (issue 45; specbayes.model.metrics). TTFT's
+    # shares are of the per-token cost (metrics.log_unit): a few steps at zero load, more
+    # with the queue (data/real: 3-4 dense, 10-40 SD; the load's 2-50)
     "metric_share": {
         "latency": {"a": 0.0, "b": 0.0},
-        "ttft": {"a": float(np.log(0.02)), "b": float(np.log(0.05))},
+        "ttft": {"a": float(np.log(3.0)), "b": float(np.log(10.0))},
         "itl": {"a": 0.0, "b": 0.0},
     },
     "metric_share_sigma": 2.0,
