@@ -13,12 +13,13 @@ latency — is modelled as the same two costs rescaled:
 
 with :math:`C_{1,s}, C_{2,s}` the sweep's own costs and :math:`L_i` the law's mean latency
 of the row (so the metric rises toward the same wall; on the ``moe`` level :math:`C_{1,s}`
-with the expert reads at the row's coverage, :func:`log_fixed_cost`), :math:`s_i` the metric's unit
-(:math:`g - 1` output tokens for ITL, 1 for per-request times) and :math:`\rho_{a,s},
-\rho_{b,s} > 0` the metric's shares of the zero-load and the load-dependent cost:
-for TTFT the prefill and the queue for a batch slot (small :math:`\rho_a`, a
-:math:`\rho_b` that grows with the percentile), for ITL the decode step (about 1, higher for
-its tail and burstier under SD: a verify pass emits :math:`E` tokens at once), for a latency
+with the expert reads at the row's coverage, :func:`log_fixed_cost`), :math:`s_i` the
+metric's unit (:math:`g - 1` output tokens for ITL, :math:`g` for TTFT, 1 for latency
+percentiles; :func:`log_unit`) and :math:`\rho_{a,s}, \rho_{b,s} > 0` the metric's shares of
+the zero-load and the load-dependent cost: for TTFT a few engine steps — the prefill and the
+queue for a batch slot — whatever the output length (a :math:`\rho_b` that grows with the
+percentile), for ITL the decode step (about 1, higher for its tail and burstier under SD: a
+verify pass emits :math:`E` tokens at once), for a latency
 percentile about 1 at p50 and a tail factor that grows with utilisation where
 :math:`\rho_b > \rho_a`. The shares are partially pooled over sweeps per metric, around a
 level for dense and one for SD sweeps, with a spread :math:`\tau` fixed per family
@@ -51,8 +52,9 @@ import pandas as pd
 from specbayes import laws
 from specbayes.data import PERCENTILE_LEVELS
 
-#: The statistics a fit can model, by family (column prefix): per-request times and per
-#: output token (ITL: GuideLLM's ITL, vLLM/SGLang's TPOT).
+#: The statistics a fit can model, by family (column prefix), with the unit of their shares
+#: (:func:`log_unit`): per request (latency percentiles), per engine step (TTFT), per output
+#: token after the first (ITL: GuideLLM's ITL, vLLM/SGLang's TPOT).
 FAMILIES: dict[str, str] = {"latency": "request", "ttft": "step", "itl": "token"}
 
 #: Every column name the metric model accepts (``latency`` itself is the law's).
