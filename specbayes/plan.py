@@ -421,11 +421,10 @@ def break_even(
     C_{2,\mathrm{dense}})`). The never-crossing draws are reported as probabilities rather
     than hidden as ``NaN``:
 
-    * ``p_always_wins`` — no crossing and :math:`C_{1R} < 1`: SD faster at every load the
-      dense server can sustain (without curvature: :math:`C_{2R} \le 1`);
-    * ``p_never_wins`` — no crossing and :math:`C_{1R} \ge 1`;
-    * ``p_wins_then_loses`` / ``p_loses_then_wins`` — the crossing cases
-      (:math:`C_{1R} < 1` / :math:`> 1`).
+    * ``p_always_wins`` — no crossing and SD faster at the start (:math:`C_{1R} < 1`; a moe
+      fit's closed loop: at one stream): SD faster at every load the dense server sustains;
+    * ``p_never_wins`` — no crossing and SD not faster at the start;
+    * ``p_wins_then_loses`` / ``p_loses_then_wins`` — the crossing cases by the start.
 
     Open loop: ``rps_star`` and ``r_star``, the crossing in units of the dense load
     (:math:`\mathrm{RPS}^* C_{2,\mathrm{dense}}`), and ``dense_saturation_rps_median``;
@@ -436,10 +435,12 @@ def break_even(
         raise ValueError("break-even compares SD (k >= 1) with dense")
     c1s, c2s, c3s, c1d, c2d, c3d, knee_s, knee_d = _sd_and_dense(fit, arm, k=ks)
     c1r = c1s / c1d[:, None]
-    dense = (c1d[:, None], c2d[:, None])
     law = laws.break_even_concurrency if closed_loop else laws.break_even_rps
-    star = law(c1s, c2s, *dense, c3s, c3d[:, None], **_pair(knee_s, _column(knee_d)))
+    costs = (c1s, c2s, c1d[:, None], c2d[:, None], c3s, c3d[:, None])
+    star = law(*costs, **_pair(knee_s, _column(knee_d)))
     cross = np.isfinite(star)
+    if closed_loop and isinstance(knee_s, laws.Experts):  # its grid starts at one stream
+        c1r = 1.0 / laws.closed_loop_speedup(1.0, *costs, **_pair(knee_s, _column(knee_d)))
     if closed_loop:
         stars = _columns("n_star", star, ("median", "lo", "hi"), prob)
     else:

@@ -115,3 +115,20 @@ def test_terms_pass_on_by_kind():
     assert laws.map_term(None, np.abs) is None
     with pytest.raises(ValueError, match="exclude each other"):
         laws.latency(1.0, C1, C2, 1e-4, experts=SD)
+
+
+def test_closed_loop_break_even_of_moe_starts_at_one_stream():
+    """MoE's SD routes k + 1 tokens a pass: at one stream it reads more experts than dense and
+    loses, and wins once the batch covers them. Below one stream the mean-field coverage
+    crosses too (SD cheaper idle), where no closed loop runs: N* is the crossing past 1."""
+    sd, dense = laws.Experts(2.03, 1 / 16, 4), laws.Experts(5.6, 1 / 16, 0)
+    c1s, c1d, c2 = 0.567, 0.6, 0.05
+
+    def gap(n):
+        return laws.closed_loop_latency(n, c1s, c2, experts=sd) - laws.closed_loop_latency(
+            n, c1d, c2, experts=dense
+        )
+
+    assert gap(1e-3) < 0 < gap(1.0) and gap(8.0) < 0  # wins idle, loses at 1, wins at 8
+    n = laws.break_even_concurrency(c1s, c2, c1d, c2, experts_sd=sd, experts_dense=dense)
+    assert 1.0 < n < 8.0 and abs(gap(n)) < 1e-9

@@ -206,7 +206,9 @@ def break_even_concurrency(
     crossing. With expert reads in either arm (``experts_sd``, ``experts_dense``,
     :class:`~specbayes.laws.Experts`) likewise: past :math:`N_\mathrm{far} = 40/(\kappa
     (k + 1))`, :math:`\kappa = -\log(1 - m/M)`, the coverage is 1 to :math:`e^{-40}` and
-    the arm's line is :math:`(C_1 + X) + N C_2`.
+    the arm's line is :math:`(C_1 + X) + N C_2`; and the grid starts at one stream (the
+    first crossing a closed loop can run: SD's :math:`k + 1` tokens a pass read more experts
+    at a few streams, so MoE's SD often loses first and wins once the batch covers them).
 
     Returns
     -------
@@ -339,7 +341,11 @@ def _numeric_break_even_concurrency(sd: dict, dense: dict, iterations: int) -> n
         line = -(a0_s - a0_d) / (a1_s - a1_d)
     line = np.where(np.isfinite(line) & (line > 0), line, 0.0)
     top = 2.0 * np.maximum(np.maximum(far_s, far_d), line)
-    grid = top[..., None] * np.geomspace(1e-6, 1.0, BREAK_EVEN_GRID)
+    # with expert reads the grid starts at one stream: below it the coverage of a fractional
+    # batch would cross where no closed loop runs (SD's k + 1 tokens a pass read more experts
+    # than dense's one until the batch covers them; the sequence's own stream is its batch)
+    start = 1.0 if sd["experts"] is not None or dense["experts"] is not None else 1e-6 * top
+    grid = np.geomspace(np.minimum(start, top), top, BREAK_EVEN_GRID, axis=-1)
     return _first_crossing(gap, grid, iterations)
 
 
