@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from specbayes import laws
+from specbayes.laws.latency_law import _bisect_below
 
 #: The SLO key of the mean end-to-end latency (the law's own statistic).
 MEAN_LATENCY = "latency"
@@ -123,18 +124,7 @@ def batch_at(
         fixed = np.exp(log_fixed_cost(np.log(c1), np.log(batch), experts))
         return (shares[:, 0] * fixed + shares[:, 1] * c2 * batch) / scale
 
-    return _bisect_up(metric, target, np.where(np.isfinite(b), b, 1e9))
-
-
-def _bisect_up(f, target: float, hi: np.ndarray, iterations: int = 60) -> np.ndarray:
-    """Largest ``x`` in ``[0, hi]`` with ``f(x) <= target`` for ``f`` rising in ``x``."""
-    lo = np.zeros(np.shape(hi))
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        with np.errstate(all="ignore"):
-            ok = f(mid) <= target
-        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    return lo
+    return _bisect_below(metric, target, np.where(np.isfinite(b), b, 1e9))
 
 
 def load_at(batch, c1, c2, c3, closed_loop: bool, knee=None, iterations: int = 60) -> np.ndarray:
