@@ -185,7 +185,7 @@ def test_moe_model_lowers_to_jax_with_pymcs_gradient(moe_rows):
 @pytest.fixture(scope="module")
 def moe_sim_rows():
     """A simulated MoE verifier (Qwen3-30B-A3B, H100), dense and EAGLE-3 k = 3, closed loop
-    at four stream counts: rows with TTFT and ITL percentiles (the paper set has none)."""
+    at four stream counts: eight rows with TTFT and ITL percentiles, built in a second."""
     from specbayes.sim import simulate_point
 
     rows = [
