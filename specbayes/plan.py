@@ -434,13 +434,13 @@ def break_even(
     if np.any(ks == 0):
         raise ValueError("break-even compares SD (k >= 1) with dense")
     c1s, c2s, c3s, c1d, c2d, c3d, knee_s, knee_d = _sd_and_dense(fit, arm, k=ks)
-    c1r = c1s / c1d[:, None]
     law = laws.break_even_concurrency if closed_loop else laws.break_even_rps
     costs = (c1s, c2s, c1d[:, None], c2d[:, None], c3s, c3d[:, None])
-    star = law(*costs, **_pair(knee_s, _column(knee_d)))
+    terms = _pair(knee_s, _column(knee_d))
+    star = law(*costs, **terms)
     cross = np.isfinite(star)
-    if closed_loop and isinstance(knee_s, laws.Experts):  # its grid starts at one stream
-        c1r = 1.0 / laws.closed_loop_speedup(1.0, *costs, **_pair(knee_s, _column(knee_d)))
+    moe_start = closed_loop and isinstance(knee_s, laws.Experts)  # its grid starts at 1 stream
+    c1r = 1.0 / laws.closed_loop_speedup(1.0, *costs, **terms) if moe_start else c1s / c1d[:, None]
     if closed_loop:
         stars = _columns("n_star", star, ("median", "lo", "hi"), prob)
     else:
