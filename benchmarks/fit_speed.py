@@ -98,11 +98,13 @@ def time_curve_fit(table) -> float:
     return time.perf_counter() - t0
 
 
-def time_bayes(table, model: str, config: dict, save: Path | None = None) -> dict:
+def time_bayes(
+    table, model: str, config: dict, save: Path | None = None, priors: dict | None = None
+) -> dict:
     from specbayes.fit import fit
 
     t0 = time.perf_counter()
-    f = fit(table, model=model, sampler_config=config, progress=False)
+    f = fit(table, model=model, sampler_config=config, priors=priors, progress=False)
     wall = time.perf_counter() - t0
     s = f.summary()
     worst = f.diagnostics().sort_values("ess_bulk").head(5)
@@ -153,6 +155,12 @@ def main() -> None:
     parser.add_argument("--chains", type=int, default=None)
     parser.add_argument("--write", action="store_true", help="append to benchmarks/fit_speed.md")
     parser.add_argument("--save-dir", type=Path, default=None, help="save each fit here (netCDF)")
+    parser.add_argument(
+        "--priors",
+        type=json.loads,
+        default=None,
+        help='JSON overrides, e.g. \'{"sweeps": "marginal"}\'',
+    )
     args = parser.parse_args()
     from specbayes.data import validate_sweeps
 
@@ -175,7 +183,13 @@ def main() -> None:
         runs = []
         for i, cfg in enumerate(configs):
             runs.append(
-                time_bayes(table, args.model, cfg, _save_path(args.save_dir, case, args.model, i))
+                time_bayes(
+                    table,
+                    args.model,
+                    cfg,
+                    _save_path(args.save_dir, case, args.model, i),
+                    args.priors,
+                )
             )
             r = runs[-1]
             print(
@@ -212,7 +226,11 @@ def main() -> None:
             "divergences": [r["divergences"] for r in runs],
             "scout_restarted": [r["scout_restarted"] for r in runs],
             "healthy": [r["healthy"] for r in runs],
-            "config": dict(config, seeds=args.seeds) if args.seeds else config or "defaults",
+            "config": {
+                **(dict(config, seeds=args.seeds) if args.seeds else config),
+                **({"priors": args.priors} if args.priors else {}),
+            }
+            or "defaults",
         }
         print(json.dumps(result, default=str))
         lines.append(

@@ -36,10 +36,17 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from specbayes import laws
+from specbayes.model import marginal
 from specbayes.model.design import Design
 from specbayes.model.experts import expert_costs
 from specbayes.model.hierarchy import log_coefficients, trend_covariates
-from specbayes.model.levels import below_wall, c1_deviations, sweep_level
+from specbayes.model.levels import (
+    below_wall,
+    c1_deviations,
+    log_gamma_logp,
+    log_gamma_random,
+    sweep_level,
+)
 from specbayes.model.likelihood import (
     collapsed_logp,
     collapsed_random,
@@ -107,6 +114,13 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
             log_c1, log_c2, split = anchored_costs(design, pr)
         else:
             log_c1, log_c2, split = pooled_costs(design, pr)
+        if split is None:  # the sweeps integrated out: their costs are drawn after sampling
+            marginal.check(design, pr, metrics)
+            lin = marginal.linearise(design, marginal.sweep_point(design))
+            marginal.marginal_likelihood(
+                design, pr, log_c1, log_c2, log_count, lin, _growth_axis(design)
+            )
+            return model
         log_c1 = pm.Deterministic("log_c1", log_c1, dims="sweep")
         log_c2 = pm.Deterministic("log_c2", log_c2, dims="sweep")
         # the batch curvature (``inverse_knee``) or the knee (``knee``), where the priors ask
@@ -463,6 +477,10 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
         c2c=_spec_seq_overhead(design, pr, trend, centre),
         prefill_share=_drafter_prefill(design, pr, centre),
     )  # fmt: skip
+    if pr["sweeps"] == "marginal":  # the sweeps integrated out (marginal.py): no latents
+        log_c1 = pm.Deterministic("log_c1_eff", pt.log(c1_eff), dims="sweep")
+        log_c2 = pm.Deterministic("log_c2_eff", pt.log(c2_eff), dims="sweep")
+        return log_c1, log_c2, None
     # C1's deviation scale is learned (integrated out, drawn after sampling by
     # sampling.add_collapsed; sampled where c1_dev is None); C2's is a fixed jitter
     centred = pr["centred_sweeps"]
@@ -636,8 +654,8 @@ def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative, catalo
             "drafter_log_ratio",
             float(pr["drafter_ratio"]["alpha"]),
             float(pr["drafter_ratio"]["beta"]),
-            logp=_log_gamma_logp,
-            random=_log_gamma_random,
+            logp=log_gamma_logp,
+            random=log_gamma_random,
             dims="drafter_rel",
         )
         flat = pt.set_subtensor(flat[rel], verifier.ravel()[rel] + log_ratio)
@@ -659,19 +677,6 @@ def _drafter_levels(design: Design, pr: dict, mu_v, loc, scale, relative, catalo
     return pm.Deterministic(
         "coef_mu_draft", flat.reshape(relative.shape), dims=("draft_group", "coef_d")
     )
-
-
-def _log_gamma_logp(value, a, b):
-    r"""Log density of :math:`u = \log\rho`, :math:`\rho \sim \mathrm{Gamma}(a, b)` (rate
-    :math:`b`): :math:`a \log b - \log\Gamma(a) + a u - b e^{u}`. The log ratio is the
-    sampled value itself: a ``Gamma`` on its log axis followed by ``log`` left PyTensor a
-    ``log(exp(·))`` that it rewrote or not depending on the process's string hashing, so
-    two processes sampled different chains from one seed."""
-    return a * pt.log(b) - pt.gammaln(a) + a * value - b * pt.exp(value)
-
-
-def _log_gamma_random(a, b, rng=None, size=None):
-    return np.log(rng.gamma(a, 1.0 / b, size=size))
 
 
 def _cell_level(pr: dict, dim: str, names: list, mu, group: np.ndarray, trend, share, cell_sd):

@@ -3,7 +3,8 @@
 :func:`c1_deviations` (``C1``: a learned deviation scale, integrated out) and
 :func:`sweep_level` (``C2``: a fixed jitter, truncated at the open-loop wall) each in a
 centred or non-centred form — the same distribution on another axis
-(``priors["centred_sweeps"]``); :func:`below_wall` the truncated Normal of a log ``C2``.
+(``priors["centred_sweeps"]``); :func:`below_wall` the truncated Normal of a log ``C2``;
+:func:`log_gamma_logp` a Gamma-distributed ratio on its log axis.
 """
 
 from __future__ import annotations
@@ -68,3 +69,17 @@ def below_wall(name: str, mu, sigma, wall: np.ndarray, dims: str):
     if np.all(np.isinf(wall)):
         return pm.Normal(name, mu, sigma, dims=dims)
     return TruncatedNormal(name, mu, sigma, upper=wall, dims=dims)
+
+
+def log_gamma_logp(value, a, b):
+    r"""Log density of :math:`u = \log\rho`, :math:`\rho \sim \mathrm{Gamma}(a, b)` (rate
+    :math:`b`): :math:`a \log b - \log\Gamma(a) + a u - b e^{u}`. The log ratio is the
+    sampled value itself: a ``Gamma`` on its log axis followed by ``log`` left PyTensor a
+    ``log(exp(·))`` that it rewrote or not depending on the process's string hashing, so
+    two processes sampled different chains from one seed."""
+    return a * pt.log(b) - pt.gammaln(a) + a * value - b * pt.exp(value)
+
+
+def log_gamma_random(a, b, rng=None, size=None):
+    """Draws of :func:`log_gamma_logp`'s :math:`u = \\log\\rho`."""
+    return np.log(rng.gamma(a, 1.0 / b, size=size))

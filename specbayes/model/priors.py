@@ -151,6 +151,14 @@ Pooled structure (coefficients shared across sweeps)
         of the two-drafter set (``benchmarks/model_core.md``, 2026-12-07). ``C2`` non-centred:
         at its fixed jitter a sweep's rows pin its C2 less tightly than the decomposition
         does.
+    ``sweeps``
+        ``"sampled"`` (default): each sweep's log C1 and log C2 are sampled axes (as
+        ``centred_sweeps`` says). ``"marginal"``: they are integrated out of the sampled
+        density, the law taken to first order over each sweep's ~1 % conditional spread, and
+        drawn from their conditional after sampling (:mod:`specbayes.model.marginal`; the
+        noise scale and the C1 deviations' scale are then sampled). Two axes fewer per sweep:
+        369 sampled axes on the paper set's dense verifiers instead of 13,489. The law alone
+        (no curvature, knee or expert reads) and no per-point metrics.
 
 Both
     ``inverse_knee``
@@ -338,6 +346,9 @@ DEFAULT_PRIORS: dict[str, dict] = {
     # parametrisation (a transform of the same model, not a different one)
     "centred_cells": True,
     "centred_sweeps": {"C1": True, "C2": False},
+    # "marginal": the pooled sweeps' costs integrated out of the sampled density
+    # (model/marginal.py), drawn after sampling; "sampled": two sampled axes per sweep
+    "sweeps": "sampled",
     # coefficients with a per-cell deviation (the others follow their group and trend)
     "cell_coefs": ("c2v",),
 }

@@ -370,6 +370,10 @@ def add_collapsed(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     jitter."""
     from specbayes.model.likelihood import draw_sigma, posterior_log_row_scale
 
+    if "lin_c0" in model.named_vars:  # the sweeps integrated out: drawn now, scales sampled
+        from specbayes.model.marginal import add_draws
+
+        return add_draws(idata, model, seed)
     obs = model["log_latency"]
     y = np.asarray(model.rvs_to_values[obs].data)
     a, b = (float(x.eval()) for x in obs.owner.inputs[-2:])

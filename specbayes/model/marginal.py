@@ -1,0 +1,345 @@
+r"""The sweeps' costs integrated out of the sampled density (``priors["sweeps"] = "marginal"``).
+
+In the pooled structure every sweep :math:`s` has its own :math:`c_s = (\log C_{1s},
+\log C_{2s})` around the cycle decomposition :math:`m_s` (:func:`specbayes.model.graph.
+pooled_costs`): :math:`c_s \sim \mathcal N(m_s, D)`, :math:`D = \mathrm{diag}(\tau_1^2,
+j^2)`. Sampled, they are two axes per sweep — 13,120 on the paper set's dense verifiers,
+where an iid Normal of that size alone takes nutpie 31 leapfrog steps per draw
+(``benchmarks/fit_speed.md``, 2026-12-07). Here they are integrated out instead.
+
+A sweep's rows pin its costs to about 1 %, over which the law is close to linear, so each
+row's expected log latency is taken to first order about a point :math:`c^0_s` near the
+sweep's conditional posterior (:func:`linearise`):
+
+.. math::
+
+    \mu_i(c_s) \approx \mu_i(c^0_s) + J_i (c_s - c^0_s), \qquad
+    y_i = \mu_i(c_s) + \sigma w_i \varepsilon_i,
+
+with the row's noise scale :math:`w_i` (:func:`~specbayes.model.likelihood.log_row_scale`)
+at :math:`c^0_s`'s utilisation. Then a sweep's rows are jointly Normal given the hierarchy,
+:math:`y_s \sim \mathcal N(\mu(c^0) + J(m_s - c^0),\ \sigma^2 W + J D J^\top)`, whose density
+(Woodbury, :func:`marginal_logp`) needs per sweep only six weighted sums over its rows:
+
+.. math::
+
+    \log p(y_s) = -\tfrac{n_s}{2}\log 2\pi\sigma^2 - \textstyle\sum_i \log w_i
+    - \tfrac12\log|D|\,|Q_s| - \tfrac12\big(r^\top P r - b^\top Q_s^{-1} b\big),
+
+:math:`P = \mathrm{diag}(1/\sigma^2 w_i^2)`, :math:`r = y_s - \mu(c^0) - J(m_s - c^0)`,
+:math:`Q_s = D^{-1} + J^\top P J`, :math:`b = J^\top P r`. The costs' conditional given the
+hierarchy is :math:`\mathcal N(m_s + Q_s^{-1} b, Q_s^{-1})`; :func:`draw_sweeps` draws them
+after sampling, so the posterior carries ``log_c1``, ``log_c2`` and ``mu`` as a sampled fit's
+does, and the stored log-likelihood is the exact law's at those draws.
+
+What the approximation leaves out: the law's curvature over a sweep's conditional spread
+(second order in ~1 %), and the truncation of :math:`\log C_2` at the open-loop wall (the rows
+themselves keep a sweep below it). The noise scale and :math:`\tau_1` are sampled here, not
+integrated out: the rows' covariance is not a multiple of :math:`\sigma^2`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import xarray as xr
+
+from specbayes.model.likelihood import log_mean_latency, log_row_scale
+
+__all__ = ["Linearisation", "draw_sweeps", "linearise", "marginal_logp", "sweep_point"]
+
+#: Finite-difference step (natural log of a cost) for the law's Jacobian.
+_STEP = 1e-5
+
+
+@dataclass(frozen=True)
+class Linearisation:
+    """The law to first order about each sweep's point ``c0`` (sweep, 2): per row ``mu0``
+    (the law's log latency at ``c0``), ``jac`` (row, 2: its derivatives in log C1, log C2)
+    and ``ell`` (:math:`-\\log h`, the row's log utilisation term at ``c0``)."""
+
+    c0: np.ndarray
+    mu0: np.ndarray
+    jac: np.ndarray
+    ell: np.ndarray
+
+
+def linearise(design, c0: np.ndarray) -> Linearisation:
+    """The law of every fitted row to first order about its sweep's ``c0`` (central
+    differences of :func:`~specbayes.model.likelihood.log_mean_latency`)."""
+    s, load, closed = design.obs_sweep, design.load, design.obs_closed
+
+    def law(a, b):
+        with np.errstate(all="ignore"):
+            return log_mean_latency(a[s], b[s], load, closed)
+
+    a, b = c0[:, 0], c0[:, 1]
+    mu0 = law(a, b)
+    jac = np.stack(
+        [
+            (law(a + _STEP, b) - law(a - _STEP, b)) / (2 * _STEP),
+            (law(a, b + _STEP) - law(a, b - _STEP)) / (2 * _STEP),
+        ],
+        axis=1,
+    )
+    return Linearisation(c0=c0, mu0=mu0, jac=jac, ell=mu0 - a[s])
+
+
+def sweep_point(design, iterations: int = 60) -> np.ndarray:
+    """Each sweep's weighted least-squares :math:`(\\log C_1, \\log C_2)` (sweep, 2): damped
+    Gauss–Newton on all sweeps at once, every step kept below the open-loop wall. A sweep whose
+    rows do not separate the two (one load) stays near its start along the ridge — the
+    linearisation needs a point near the data, not a unique one."""
+    s, y, n_sweeps = design.obs_sweep, design.log_latency, len(design.k)
+    weight = np.exp(design.log_count)
+    a = np.full(n_sweeps, np.inf)
+    np.minimum.at(a, s, y)
+    top = np.zeros(n_sweeps)
+    np.maximum.at(top, s, design.load)
+    wall = np.asarray(design.log_wall, float)
+    b = np.where(np.isfinite(wall), wall + np.log(0.5), a - np.log(np.maximum(top, 1.0)))
+    c0 = np.stack([a, b], axis=1)
+    damping = np.full(n_sweeps, 1e-3)
+    cost = _sweep_cost(design, c0, weight)
+    for _ in range(iterations):
+        lin = linearise(design, c0)
+        r = y - lin.mu0
+        g = _per_sweep(lin.jac * (weight * r)[:, None], s, n_sweeps)
+        jj = lin.jac[:, :, None] * lin.jac[:, None, :] * weight[:, None, None]
+        h = _per_sweep(jj.reshape(len(y), 4), s, n_sweeps).reshape(n_sweeps, 2, 2)
+        h = h + (damping[:, None, None] * (np.trace(h, axis1=1, axis2=2) + 1e-12)[:, None, None]
+                 * np.eye(2))  # fmt: skip
+        step = np.linalg.solve(h, g[..., None])[..., 0]
+        trial = c0 + step
+        trial[:, 1] = np.minimum(trial[:, 1], wall - 1e-6)
+        new = _sweep_cost(design, trial, weight)
+        better = np.isfinite(new) & (new <= cost)
+        c0 = np.where(better[:, None], trial, c0)
+        cost = np.where(better, new, cost)
+        damping = np.clip(np.where(better, damping / 3, damping * 4), 1e-9, 1e6)
+    return c0
+
+
+def _sweep_cost(design, c0: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Per sweep, the weighted sum of squared residuals at ``c0`` (inf past a wall)."""
+    with np.errstate(all="ignore"):
+        mu = log_mean_latency(
+            c0[design.obs_sweep, 0], c0[design.obs_sweep, 1], design.load, design.obs_closed
+        )
+    r2 = np.where(np.isfinite(mu), weight * (design.log_latency - mu) ** 2, np.inf)
+    return np.bincount(design.obs_sweep, r2, minlength=len(design.k))
+
+
+def _per_sweep(values: np.ndarray, sweep: np.ndarray, n_sweeps: int) -> np.ndarray:
+    """Column sums of ``values`` (row, m) per sweep."""
+    return np.stack([np.bincount(sweep, v, minlength=n_sweeps) for v in values.T], axis=1)
+
+
+def _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps):
+    """Per sweep the six weighted sums :math:`\\sum v e^2, \\sum v J e, \\sum v J J^T` with
+    :math:`e = y - \\mu^0`, :math:`v = 1/w^2` (NumPy or PyTensor)."""
+    e = value - mu0
+    v = xp.exp(log_count - 2.0 * gamma * ell)
+    j1, j2 = jac[:, 0], jac[:, 1]
+    terms = xp.stack([e * e, j1 * e, j2 * e, j1 * j1, j1 * j2, j2 * j2], axis=1) * v[:, None]
+    if xp is np:
+        return _per_sweep(terms, sweep, n_sweeps)
+    return pt.inc_subtensor(pt.zeros((n_sweeps, 6))[sweep], terms)
+
+
+def _conditional(sums, delta1, delta2, tau1, jitter, sigma2):
+    """Per sweep :math:`r^T P r` (times :math:`\\sigma^2`), :math:`b`, :math:`Q` (NumPy or
+    PyTensor, broadcasting over leading axes)."""
+    see, s1, s2, a11, a12, a22 = (sums[..., i] for i in range(6))
+    rr = see - 2.0 * (delta1 * s1 + delta2 * s2) + delta1**2 * a11 + 2.0 * delta1 * delta2 * a12
+    rr = rr + delta2**2 * a22
+    b1 = (s1 - a11 * delta1 - a12 * delta2) / sigma2
+    b2 = (s2 - a12 * delta1 - a22 * delta2) / sigma2
+    q11, q22, q12 = 1.0 / tau1**2 + a11 / sigma2, 1.0 / jitter**2 + a22 / sigma2, a12 / sigma2
+    return rr, (b1, b2), (q11, q12, q22)
+
+
+def marginal_logp(value, m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_count, *,
+                  sweep, c0):  # fmt: skip
+    r"""The rows' log density with every sweep's costs integrated out (module docstring):
+    ``m1``, ``m2`` the sweeps' decomposition (log C1, log C2), ``tau1``, ``jitter`` their
+    deviation scales, ``sigma2`` the noise variance, ``gamma`` the noise growth; ``mu0``,
+    ``jac``, ``ell`` the rows' :class:`Linearisation`, ``log_count`` theirs
+    (:func:`~specbayes.model.design.log_counts`), ``sweep`` each row's sweep, ``c0`` the
+    points."""
+    xp = np if isinstance(m1, np.ndarray) and isinstance(value, np.ndarray) else pt
+    n_sweeps = c0.shape[0]
+    sums = _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps)
+    rr, (b1, b2), (q11, q12, q22) = _conditional(
+        sums, m1 - c0[:, 0], m2 - c0[:, 1], tau1, jitter, sigma2
+    )
+    det = q11 * q22 - q12**2
+    quad = rr / sigma2 - (q22 * b1**2 - 2.0 * q12 * b1 * b2 + q11 * b2**2) / det
+    n = value.shape[0]
+    log_w = gamma * xp.sum(ell) - 0.5 * xp.sum(log_count)
+    return (
+        -0.5 * n * xp.log(2.0 * np.pi * sigma2)
+        - log_w
+        - 0.5 * xp.sum(xp.log(tau1**2 * jitter**2 * det))
+        - 0.5 * xp.sum(quad)
+    )
+
+
+def marginal_random(m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_count, rng=None,
+                    size=None, *, sweep, load, closed):  # fmt: skip
+    """Draws of the rows: each sweep's costs around its decomposition, then the exact law's
+    rows around them (what the linearisation stands in for)."""
+    m1, m2 = np.asarray(m1), np.asarray(m2)
+    shape = tuple(size) if size is not None else m1.shape[:-1]
+    lc1 = m1 + np.asarray(tau1)[..., None] * rng.standard_normal((*shape, m1.shape[-1]))
+    lc2 = m2 + np.asarray(jitter)[..., None] * rng.standard_normal((*shape, m2.shape[-1]))
+    with np.errstate(all="ignore"):
+        mu = log_mean_latency(lc1[..., sweep], lc2[..., sweep], load, closed)
+    eps = rng.standard_normal(mu.shape)
+    with np.errstate(all="ignore"):  # a prior draw past a row's wall: that row is not finite
+        log_w = log_row_scale(mu, lc1[..., sweep], np.asarray(gamma)[..., None], log_count)
+        return mu + np.sqrt(np.asarray(sigma2))[..., None] * np.exp(log_w) * eps
+
+
+def check(design, pr: dict, metrics: tuple) -> None:
+    """Refuse what the integrated sweeps cannot carry: a sweep's costs are two numbers here,
+    so the law must be the paper's alone (no curvature, knee or expert reads), the
+    per-point metrics (which read each sweep's costs) wait for the draws, and the anchored
+    structure samples its sweeps' costs as its coefficients."""
+    bent = [k for k in ("inverse_knee", "knee") if pr[k] is not None]
+    why = (
+        "the anchored structure" if design.structure != "pooled"
+        else f"the {design.level!r} level" if design.level == "moe"
+        else f"the {bent[0]!r} prior" if bent
+        else "--metrics" if metrics
+        else None
+    )  # fmt: skip
+    if why:
+        raise ValueError(f"priors['sweeps'] = 'marginal' does not take {why}; use 'sampled'")
+
+
+def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin: Linearisation,
+                        growth_axis: dict):  # fmt: skip
+    """The observed ``log_latency`` of the pooled structure with the sweeps integrated out,
+    and the scales it samples: ``noise_var`` (:math:`\\sigma^2`, the ``noise`` prior),
+    ``tau_c1_var`` (:math:`\\tau_1^2`, the ``c1_dev`` prior) and ``noise_growth`` (on
+    ``growth_axis``, :func:`specbayes.model.graph.build_model`'s)."""
+    noise, dev = pr["noise"], pr["c1_dev"]
+    sigma2 = pm.InverseGamma("noise_var", alpha=noise["alpha"], beta=noise["beta"])
+    tau1_var = pm.InverseGamma("tau_c1_var", alpha=dev["alpha"], beta=dev["beta"])
+    jitter = pm.Data("c2_jitter", np.float64(pr["c2_jitter"]))
+    pm.Deterministic("sigma", pt.sqrt(sigma2))
+    pm.Deterministic("tau", pt.stack([pt.sqrt(tau1_var), jitter]), dims="cost")
+    growth = pm.HalfNormal("noise_growth", **pr["noise_growth"], **growth_axis)
+    data = {
+        "mu0": pm.Data("lin_mu0", lin.mu0, dims="obs"),
+        "jac": pm.Data("lin_jac", lin.jac),
+        "c0": pm.Data("lin_c0", lin.c0),
+        "ell": pm.Data("lin_ell", lin.ell, dims="obs"),
+    }
+    rows = dict(sweep=design.obs_sweep, load=design.load, closed=design.obs_closed)
+    pm.CustomDist(
+        "log_latency", log_c1_eff, log_c2_eff, pt.sqrt(tau1_var), jitter, sigma2, growth,
+        data["mu0"], data["jac"], data["ell"], log_count,
+        logp=lambda value, *args: marginal_logp(
+            value, *args, sweep=design.obs_sweep, c0=lin.c0
+        ),
+        random=lambda *args, rng=None, size=None: marginal_random(
+            *args, rng=rng, size=size, **rows
+        ),
+        signature="(s),(s),(),(),(),(),(n),(n,j),(n),(n)->(n)",
+        observed=design.log_latency, dims="obs",
+    )  # fmt: skip
+
+
+def draw_sweeps(rows, post, lin: Linearisation, rng) -> dict[str, np.ndarray]:
+    """Draws of every sweep's costs from their conditional given each posterior draw of the
+    hierarchy, and the rows' expected log latency at them (the exact law): ``log_c1``,
+    ``log_c2`` (chain, draw, sweep) and ``mu`` (chain, draw, obs). ``rows`` has the design's
+    row arrays, ``post`` the posterior's ``log_c1_eff``, ``log_c2_eff``, ``tau``,
+    ``noise_var`` and ``noise_growth``."""
+    costs = np.empty((*post["log_c1_eff"].shape, 2))
+    for c, (mean, q11, q12, q22) in enumerate(_moments(rows, post, lin)):
+        # plus L^-T z ~ N(0, Q^-1), Q = L L^T
+        l11 = np.sqrt(q11)
+        l21 = q12 / l11
+        l22 = np.sqrt(q22 - l21**2)
+        z1, z2 = rng.standard_normal((2, *q11.shape))
+        x2 = z2 / l22
+        costs[c] = mean + np.stack([(z1 - l21 * x2) / l11, x2], axis=-1)
+    s = rows.obs_sweep
+    with np.errstate(all="ignore"):
+        mu = log_mean_latency(costs[..., s, 0], costs[..., s, 1], rows.load, rows.obs_closed)
+    return {"log_c1": costs[..., 0], "log_c2": costs[..., 1], "mu": mu}
+
+
+def conditional_mean(rows, post, lin: Linearisation) -> np.ndarray:
+    """Each sweep's conditional mean :math:`m_s + Q_s^{-1} b` (chain, draw, sweep, 2) given
+    each posterior draw (the arguments of :func:`draw_sweeps`)."""
+    return np.stack([mean for mean, *_ in _moments(rows, post, lin)])
+
+
+def _moments(rows, post, lin: Linearisation):
+    """Per chain: the sweeps' conditional mean (draw, sweep, 2) and precision
+    :math:`Q` (its three entries, each (draw, sweep))."""
+    m1, m2 = post["log_c1_eff"].values, post["log_c2_eff"].values
+    tau = post["tau"].values
+    sigma2 = post["noise_var"].values[..., None]
+    for c in range(m1.shape[0]):  # one chain at a time: the row weights are (obs, draw)
+        sums = _sums_over_draws(rows, lin, post["noise_growth"].values[c])
+        d1, d2 = m1[c] - lin.c0[:, 0], m2[c] - lin.c0[:, 1]
+        _, (b1, b2), (q11, q12, q22) = _conditional(
+            sums, d1, d2, tau[c, :, 0, None], tau[c, :, 1, None], sigma2[c]
+        )
+        det = q11 * q22 - q12**2
+        mean = np.stack(
+            [m1[c] + (q22 * b1 - q12 * b2) / det, m2[c] + (q11 * b2 - q12 * b1) / det], axis=-1
+        )
+        yield mean, q11, q12, q22
+
+
+def _sums_over_draws(rows, lin: Linearisation, gamma: np.ndarray) -> np.ndarray:
+    """:func:`_sums` for each draw's noise growth (draw, sweep, 6), as sparse products."""
+    from scipy import sparse
+
+    n_obs, n_sweeps = len(rows.obs_sweep), lin.c0.shape[0]
+    member = sparse.csr_matrix(
+        (np.ones(n_obs), (rows.obs_sweep, np.arange(n_obs))), shape=(n_sweeps, n_obs)
+    )
+    e = rows.log_latency - lin.mu0
+    j1, j2 = lin.jac[:, 0], lin.jac[:, 1]
+    terms = np.stack([e * e, j1 * e, j2 * e, j1 * j1, j1 * j2, j2 * j2], axis=1)
+    out = np.empty((len(gamma), n_sweeps, 6))
+    for start in range(0, len(gamma), 200):
+        g = gamma[start : start + 200]
+        v = np.exp(rows.log_count[:, None] - 2.0 * lin.ell[:, None] * g[None, :])
+        for i in range(6):
+            out[start : start + len(g), :, i] = (member @ (v * terms[:, i, None])).T
+    return out
+
+
+def add_draws(idata, model: pm.Model, seed: int) -> None:
+    """Add :func:`draw_sweeps`' ``log_c1``, ``log_c2`` and ``mu`` to ``idata.posterior``
+    (what :func:`specbayes.model.sampling.add_collapsed` adds for a sampled fit: here the
+    scales ``sigma`` and ``tau`` were sampled)."""
+    from types import SimpleNamespace
+
+    def data(name):
+        return np.asarray(model[name].get_value())
+
+    obs = model["log_latency"]
+    rows = SimpleNamespace(
+        obs_sweep=data("obs_sweep"), load=data("load"), obs_closed=data("closed"),
+        log_count=data("log_count"), log_latency=np.asarray(model.rvs_to_values[obs].data),
+    )  # fmt: skip
+    lin = Linearisation(data("lin_c0"), data("lin_mu0"), data("lin_jac"), data("lin_ell"))
+    draws = draw_sweeps(rows, idata.posterior, lin, np.random.default_rng([seed, 7]))
+    dims = {"log_c1": "sweep", "log_c2": "sweep", "mu": "obs"}
+    for name, values in draws.items():
+        coords = {dims[name]: list(model.coords[dims[name]])}
+        idata.posterior[name] = xr.DataArray(
+            values, dims=("chain", "draw", dims[name]), coords=coords
+        )

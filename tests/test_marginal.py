@@ -1,0 +1,200 @@
+"""The sweeps' costs integrated out (specbayes.model.marginal, ``priors["sweeps"]``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+import xarray as xr
+from scipy import stats
+from scipy.special import logsumexp
+
+from specbayes.data import validate_sweeps
+from specbayes.model import build_design, build_model
+from specbayes.model import marginal as M
+from specbayes.model.likelihood import log_mean_latency, log_row_scale
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _rows(seed: int = 0, noise: float = 0.01):
+    """Two open-loop and two closed-loop sweeps, five loads each, up to 85 % of the wall."""
+    rng = np.random.default_rng(seed)
+    true = np.log([[2.0, 0.2], [1.5, 0.1], [3.0, 0.05], [1.0, 0.02]])
+    sweep = np.repeat(np.arange(4), 5)
+    closed = sweep >= 2
+    frac = np.tile(np.linspace(0.1, 0.85, 5), 4)
+    load = np.where(closed, np.tile([1.0, 4, 16, 64, 128], 4), frac * np.exp(-true[sweep, 1]))
+    log_count = rng.normal(0.0, 0.3, len(sweep))
+    mu = log_mean_latency(true[sweep, 0], true[sweep, 1], load, closed)
+    wall = np.array([-np.log(load[sweep == s].max()) if s < 2 else np.inf for s in range(4)])
+    rows = SimpleNamespace(
+        obs_sweep=sweep, load=load, obs_closed=closed, log_count=log_count, k=np.zeros(4),
+        log_latency=mu + noise * rng.standard_normal(len(sweep)), log_wall=wall,
+    )  # fmt: skip
+    return rows, true
+
+
+def _logp(rows, lin, m, tau1, jitter, sigma2, gamma):
+    return M.marginal_logp(
+        rows.log_latency, m[:, 0], m[:, 1], tau1, jitter, sigma2, gamma, lin.mu0, lin.jac,
+        lin.ell, rows.log_count, sweep=rows.obs_sweep, c0=lin.c0,
+    )  # fmt: skip
+
+
+def test_the_density_is_the_rows_joint_normal():
+    """Woodbury's form equals the linearised rows' multivariate Normal, sweep by sweep:
+    mean mu0 + J (m - c0), covariance sigma^2 W + J D J^T."""
+    rows, true = _rows()
+    lin = M.linearise(rows, true + 0.01)
+    m, tau1, jitter, sigma2, gamma = true - 0.02, 0.02, 0.005, 1e-4, 0.7
+    want = 0.0
+    for s in range(4):
+        i = rows.obs_sweep == s
+        w2 = np.exp(2 * (gamma * lin.ell[i] - 0.5 * rows.log_count[i]))
+        mean = lin.mu0[i] + lin.jac[i] @ (m[s] - lin.c0[s])
+        cov = sigma2 * np.diag(w2) + lin.jac[i] @ np.diag([tau1**2, jitter**2]) @ lin.jac[i].T
+        want += stats.multivariate_normal(mean, cov).logpdf(rows.log_latency[i])
+    assert _logp(rows, lin, m, tau1, jitter, sigma2, gamma) == pytest.approx(want, rel=1e-10)
+
+
+def test_the_graph_is_the_numpy_density_and_its_gradient_is_exact():
+    rows, true = _rows(1)
+    lin = M.linearise(rows, true)
+    m1, m2 = pt.dvector("m1"), pt.dvector("m2")
+    tau1, s2, g = pt.dscalar("tau1"), pt.dscalar("s2"), pt.dscalar("g")
+    y = pt.as_tensor(rows.log_latency)
+    out = M.marginal_logp(y, m1, m2, tau1, 0.005, s2, g, lin.mu0, lin.jac, lin.ell,
+                          rows.log_count, sweep=rows.obs_sweep, c0=lin.c0)  # fmt: skip
+    inputs = [m1, m2, tau1, s2, g]
+    f = pytensor.function(inputs, [out, *pytensor.grad(out, inputs)])
+    point = [true[:, 0] + 0.01, true[:, 1] - 0.01, 0.02, 1e-4, 0.4]
+    value, *grads = f(*point)
+    assert value == pytest.approx(_logp(rows, lin, np.stack(point[:2], 1), 0.02, 0.005, 1e-4, 0.4))
+    for i, grad in enumerate(grads):  # central differences of the value
+        for j in range(np.size(point[i])):
+            h = 1e-7 * max(1.0, abs(np.ravel(point[i])[j])) * (1e-3 if i == 3 else 1)
+            up, down = (
+                [np.array(p, dtype=float) for p in point],
+                [np.array(p, dtype=float) for p in point],
+            )
+            np.put(up[i], j, np.ravel(up[i])[j] + h)
+            np.put(down[i], j, np.ravel(down[i])[j] - h)
+            fd = (f(*up)[0] - f(*down)[0]) / (2 * h)
+            assert np.ravel(grad)[j] == pytest.approx(fd, rel=1e-4, abs=1e-3)
+
+
+def test_near_its_point_the_linearised_density_is_the_exact_integral():
+    """One open-loop sweep to 85 % of its wall and one closed-loop sweep, the exact law: the
+    costs integrated numerically on a grid against the linearised density at the costs'
+    conditional mean — what the approximation leaves out is the law's curvature over ~1 %."""
+    rows, true = _rows(2, noise=0.005)
+    tau1, jitter, sigma2, gamma = 0.01, 0.005, 0.005**2, 0.5
+    m = true + np.array([0.01, -0.004])  # the decomposition off the sweeps' own costs
+    lin = M.linearise(rows, M.sweep_point(rows))
+    for _ in range(3):  # the point: each sweep's conditional mean given m (two re-linearisations)
+        post = xr.Dataset(
+            {
+                "log_c1_eff": (("chain", "draw", "sweep"), m[None, None, :, 0]),
+                "log_c2_eff": (("chain", "draw", "sweep"), m[None, None, :, 1]),
+                "tau": (("chain", "draw", "cost"), [[[tau1, jitter]]]),
+                "noise_var": (("chain", "draw"), [[sigma2]]),
+                "noise_growth": (("chain", "draw"), [[gamma]]),
+            }
+        )
+        mean = M.conditional_mean(rows, post, lin)[0, 0]
+        lin = M.linearise(rows, mean)
+    for s in (0, 2):
+        i = rows.obs_sweep == s
+        per_row = ("load", "obs_closed", "log_count", "log_latency")
+        sub = SimpleNamespace(**{k: getattr(rows, k)[i] for k in per_row})
+        sub.obs_sweep = np.zeros(i.sum(), int)
+        one = M.Linearisation(lin.c0[s : s + 1], lin.mu0[i], lin.jac[i], lin.ell[i])
+        approx = _logp(sub, one, m[s : s + 1], tau1, jitter, sigma2, gamma)
+        a = lin.c0[s, 0] + np.linspace(-6, 6, 241) * 0.004
+        b = lin.c0[s, 1] + np.linspace(-6, 6, 241) * 0.004
+        aa, bb = np.meshgrid(a, b, indexing="ij")
+        with np.errstate(all="ignore"):
+            mu = log_mean_latency(aa[..., None], bb[..., None], sub.load, sub.obs_closed)
+        log_w = log_row_scale(mu, aa[..., None], gamma, sub.log_count)
+        rows_lp = stats.norm.logpdf(sub.log_latency, mu, np.sqrt(sigma2) * np.exp(log_w)).sum(-1)
+        prior = stats.norm.logpdf(aa, m[s, 0], tau1) + stats.norm.logpdf(bb, m[s, 1], jitter)
+        exact = logsumexp(np.where(np.isfinite(rows_lp), rows_lp + prior, -np.inf))
+        exact += np.log((a[1] - a[0]) * (b[1] - b[0]))
+        assert approx == pytest.approx(exact, abs=0.02)
+
+
+def test_sweep_point_finds_each_sweeps_costs():
+    rows, true = _rows(3, noise=0.0)
+    np.testing.assert_allclose(M.sweep_point(rows), true, atol=1e-6)
+
+
+def test_draws_follow_each_sweeps_conditional():
+    """draw_sweeps: mean m + Q^-1 b and covariance Q^-1 per sweep."""
+    rows, true = _rows(4)
+    lin = M.linearise(rows, true)
+    m, tau1, jitter, sigma2, gamma = true + 0.01, 0.02, 0.005, 1e-4, 0.3
+    n = 4000
+    post = xr.Dataset(
+        {
+            "log_c1_eff": (("chain", "draw", "sweep"), np.broadcast_to(m[:, 0], (1, n, 4))),
+            "log_c2_eff": (("chain", "draw", "sweep"), np.broadcast_to(m[:, 1], (1, n, 4))),
+            "tau": (("chain", "draw", "cost"), np.broadcast_to([tau1, jitter], (1, n, 2))),
+            "noise_var": (("chain", "draw"), np.full((1, n), sigma2)),
+            "noise_growth": (("chain", "draw"), np.full((1, n), gamma)),
+        }
+    )
+    out = M.draw_sweeps(rows, post, lin, np.random.default_rng(0))
+    draws = np.stack([out["log_c1"][0], out["log_c2"][0]], -1)  # (draw, sweep, 2)
+    for s in range(4):
+        i = rows.obs_sweep == s
+        p = np.exp(rows.log_count[i] - 2 * gamma * lin.ell[i]) / sigma2
+        J, r = lin.jac[i], rows.log_latency[i] - lin.mu0[i] - lin.jac[i] @ (m[s] - lin.c0[s])
+        q = np.diag([tau1**-2, jitter**-2]) + J.T @ (p[:, None] * J)
+        cov = np.linalg.inv(q)
+        mean = m[s] + cov @ (J.T @ (p * r))
+        sd = np.sqrt(np.diag(cov))
+        assert np.all(np.abs(draws[:, s].mean(0) - mean) < 4 * sd / np.sqrt(n))
+        np.testing.assert_allclose(np.cov(draws[:, s].T), cov, rtol=0.1, atol=0.1 * sd.prod())
+    assert out["mu"].shape == (1, n, len(rows.obs_sweep)) and np.isfinite(out["mu"]).all()
+
+
+@pytest.fixture(scope="module")
+def demo_subset():
+    df = pd.read_parquet(REPO / "data/demo.parquet")
+    df = df[(df["verifier"] == "Llama-3.1-8B") & df["cell"].isin(["256x256", "1024x1024"])]
+    return validate_sweeps(df.reset_index(drop=True))
+
+
+def test_the_marginal_model_samples_no_sweep_and_draws_its_rows(demo_subset):
+    design = build_design(demo_subset)
+    model = build_model(design, {"sweeps": "marginal"})
+    free = {v.name for v in model.free_RVs}
+    assert {"noise_var", "tau_c1_var", "noise_growth"} <= free
+    assert not free & {"log_c1_sweep", "log_c1_dev", "log_c2_sweep", "log_c2_sweep_z"}
+    sampled = build_model(design)
+    n_free = sum(np.size(v) for v in model.initial_point().values())
+    n_sampled = sum(np.size(v) for v in sampled.initial_point().values())
+    assert n_free == n_sampled - 2 * len(design.k) + 2  # two scales, no sweep axes
+    assert np.isfinite(model.compile_logp()(model.initial_point()))
+    prior = pm.sample_prior_predictive(20, model=model, random_seed=1)
+    assert prior.prior_predictive["log_latency"].shape == (1, 20, len(design.log_latency))
+
+
+@pytest.mark.parametrize(
+    ("priors", "metrics", "why"),
+    [
+        ({"knee": {"ridges": {"mu": 0.0, "sigma": 1.0}, "excess": {"mu": 0.0, "sigma": 1.0}}},
+         (), "knee"),
+        ({}, ("ttft_p99",), "--metrics"),
+    ],
+)  # fmt: skip
+def test_the_marginal_model_refuses_what_it_cannot_carry(demo_subset, priors, metrics, why):
+    with pytest.raises(ValueError, match=why):
+        M.check(build_design(demo_subset), {"inverse_knee": None, "knee": None, **priors}, metrics)
