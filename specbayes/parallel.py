@@ -106,9 +106,10 @@ def jax_chain_method(chains: int) -> str:
             "with `pip install specbayes[jax]`, or use sampler 'nutpie' or 'pymc'"
         ) from exc
     _register_jax_erfcx()
-    from specbayes.model.rows import register_jax
+    from specbayes.model import marginal, rows
 
-    register_jax()
+    rows.register_jax()
+    marginal.register_jax()
     if jax.local_device_count() >= chains:
         return "parallel"
     return "sequential" if jax.default_backend() == "cpu" else "vectorized"

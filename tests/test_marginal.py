@@ -64,7 +64,8 @@ def test_the_density_is_the_rows_joint_normal():
     assert _logp(rows, lin, m, tau1, jitter, sigma2, gamma) == pytest.approx(want, rel=1e-10)
 
 
-def test_the_graph_is_the_numpy_density_and_its_gradient_is_exact():
+@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA"])
+def test_the_graph_is_the_numpy_density_and_its_gradient_is_exact(mode):
     rows, true = _rows(1)
     lin = M.linearise(rows, true)
     m1, m2 = pt.dvector("m1"), pt.dvector("m2")
@@ -73,7 +74,7 @@ def test_the_graph_is_the_numpy_density_and_its_gradient_is_exact():
     out = M.marginal_logp(y, m1, m2, tau1, 0.005, s2, g, lin.mu0, lin.jac, lin.ell,
                           rows.log_count, sweep=rows.obs_sweep, c0=lin.c0)  # fmt: skip
     inputs = [m1, m2, tau1, s2, g]
-    f = pytensor.function(inputs, [out, *pytensor.grad(out, inputs)])
+    f = pytensor.function(inputs, [out, *pytensor.grad(out, inputs)], mode=mode)
     point = [true[:, 0] + 0.01, true[:, 1] - 0.01, 0.02, 1e-4, 0.4]
     value, *grads = f(*point)
     assert value == pytest.approx(_logp(rows, lin, np.stack(point[:2], 1), 0.02, 0.005, 1e-4, 0.4))

@@ -40,12 +40,18 @@ integrated out: the rows' covariance is not a multiple of :math:`\sigma^2`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import xarray as xr
+from pytensor.gradient import DisconnectedType
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_default_op_cache_key
 
 from specbayes.model.likelihood import log_mean_latency, log_row_scale
 
@@ -140,14 +146,96 @@ def _per_sweep(values: np.ndarray, sweep: np.ndarray, n_sweeps: int) -> np.ndarr
 
 def _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps):
     """Per sweep the six weighted sums :math:`\\sum v e^2, \\sum v J e, \\sum v J J^T` with
-    :math:`e = y - \\mu^0`, :math:`v = 1/w^2` (NumPy or PyTensor)."""
-    e = value - mu0
-    v = xp.exp(log_count - 2.0 * gamma * ell)
-    j1, j2 = jac[:, 0], jac[:, 1]
-    terms = xp.stack([e * e, j1 * e, j2 * e, j1 * j1, j1 * j2, j2 * j2], axis=1) * v[:, None]
-    if xp is np:
-        return _per_sweep(terms, sweep, n_sweeps)
-    return pt.inc_subtensor(pt.zeros((n_sweeps, 6))[sweep], terms)
+    :math:`e = y - \\mu^0`, :math:`v = 1/w^2` (NumPy, or :class:`SweepSums` in a graph)."""
+    if xp is not np:
+        return SweepSums(n_sweeps)(gamma, value, mu0, jac, ell, log_count, sweep)[0]
+    return _weighted_sums(float(gamma), value, mu0, jac, ell, log_count, sweep, n_sweeps)[0]
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath={"nsz", "arcp", "contract", "reassoc"})
+def _weighted_sums(gamma, value, mu0, jac, ell, log_count, sweep, n_sweeps):
+    """:func:`_sums` and their derivative in the noise growth, one pass over the rows."""
+    sums, d_sums = np.zeros((n_sweeps, 6)), np.zeros((n_sweeps, 6))
+    for i in range(value.shape[0]):
+        s, e, j1, j2 = sweep[i], value[i] - mu0[i], jac[i, 0], jac[i, 1]
+        v = math.exp(log_count[i] - 2.0 * gamma * ell[i])
+        dv = -2.0 * ell[i] * v
+        terms = (e * e, j1 * e, j2 * e, j1 * j1, j1 * j2, j2 * j2)
+        for k in range(6):
+            sums[s, k] += v * terms[k]
+            d_sums[s, k] += dv * terms[k]
+    return sums, d_sums
+
+
+class SweepSums(Op):
+    """:func:`_sums` in a graph (output 0) and their derivative in the noise growth
+    (output 1, what ``L_op`` uses): one compiled pass over the rows instead of a scatter-add
+    of six columns and its gathers (1.74 ms a gradient on the paper set's dense verifiers).
+    Inputs: ``gamma`` (the differentiable one), then the rows' observed values, ``mu0``,
+    ``jac``, ``ell``, ``log_count`` and sweep index."""
+
+    __props__ = ("n_sweeps",)
+
+    def __init__(self, n_sweeps: int):
+        self.n_sweeps = int(n_sweeps)
+
+    def make_node(self, *inputs):
+        dtypes = ("float64",) * 6 + ("int64",)
+        ndims = (0, 1, 1, 2, 1, 1, 1)
+        tensors = [pt.as_tensor_variable(x).astype(t) for x, t in zip(inputs, dtypes, strict=True)]
+        for x, nd in zip(tensors, ndims, strict=True):
+            if x.ndim != nd:
+                raise TypeError(f"SweepSums: input {x} must have {nd} dimensions")
+        return Apply(self, tensors, [pt.dmatrix(), pt.dmatrix()])
+
+    def perform(self, node, inputs, output_storage):
+        gamma, *rows = (np.asarray(x) for x in inputs)
+        out = _weighted_sums(float(gamma), *rows, self.n_sweeps)
+        for store, value in zip(output_storage, out, strict=True):
+            store[0] = value
+
+    def connection_pattern(self, node):
+        return [[True, True]] + [[False, False]] * 6
+
+    def L_op(self, inputs, outputs, output_grads):
+        if not isinstance(output_grads[1].type, DisconnectedType):
+            raise NotImplementedError("SweepSums has no second derivatives")
+        return [pt.sum(output_grads[0] * outputs[1])] + [DisconnectedType()() for _ in range(6)]
+
+
+@register_funcify_default_op_cache_key(SweepSums)
+def _numba_sweep_sums(op, node, **kwargs):
+    """The Op inside numba-compiled graphs (nutpie's default backend)."""
+    n_sweeps = op.n_sweeps
+
+    @numba_njit
+    def sweep_sums_numba(gamma, value, mu0, jac, ell, log_count, sweep):
+        return _weighted_sums(gamma.item(), value, mu0, jac, ell, log_count, sweep, n_sweeps)
+
+    return sweep_sums_numba, 1
+
+
+def register_jax() -> None:
+    """Lower :class:`SweepSums` to JAX (``sampler="numpyro"``): the same sums by
+    ``segment_sum``; the gamma derivative (output 1) by the same formula."""
+    import jax
+    import jax.numpy as jnp
+    from pytensor.link.jax.dispatch import jax_funcify
+
+    def lowered_for(op):
+        def lowered(gamma, value, mu0, jac, ell, log_count, sweep):
+            e, j1, j2 = value - mu0, jac[:, 0], jac[:, 1]
+            v = jnp.exp(log_count - 2.0 * gamma * ell)
+            terms = jnp.stack([e * e, j1 * e, j2 * e, j1 * j1, j1 * j2, j2 * j2], axis=1)
+            seg = jax.ops.segment_sum
+            return (
+                seg(terms * v[:, None], sweep, op.n_sweeps),
+                seg(terms * (-2.0 * ell * v)[:, None], sweep, op.n_sweeps),
+            )
+
+        return lowered
+
+    jax_funcify.register(SweepSums)(lambda op, **kwargs: lowered_for(op))
 
 
 def _conditional(sums, delta1, delta2, tau1, jitter, sigma2):
@@ -302,23 +390,11 @@ def _moments(rows, post, lin: Linearisation):
 
 
 def _sums_over_draws(rows, lin: Linearisation, gamma: np.ndarray) -> np.ndarray:
-    """:func:`_sums` for each draw's noise growth (draw, sweep, 6), as sparse products."""
-    from scipy import sparse
-
-    n_obs, n_sweeps = len(rows.obs_sweep), lin.c0.shape[0]
-    member = sparse.csr_matrix(
-        (np.ones(n_obs), (rows.obs_sweep, np.arange(n_obs))), shape=(n_sweeps, n_obs)
-    )
-    e = rows.log_latency - lin.mu0
-    j1, j2 = lin.jac[:, 0], lin.jac[:, 1]
-    terms = np.stack([e * e, j1 * e, j2 * e, j1 * j1, j1 * j2, j2 * j2], axis=1)
-    out = np.empty((len(gamma), n_sweeps, 6))
-    for start in range(0, len(gamma), 200):
-        g = gamma[start : start + 200]
-        v = np.exp(rows.log_count[:, None] - 2.0 * lin.ell[:, None] * g[None, :])
-        for i in range(6):
-            out[start : start + len(g), :, i] = (member @ (v * terms[:, i, None])).T
-    return out
+    """:func:`_sums` for each draw's noise growth (draw, sweep, 6)."""
+    args = (rows.log_latency, lin.mu0, lin.jac, lin.ell, rows.log_count, rows.obs_sweep)
+    args = tuple(np.ascontiguousarray(a) for a in args)
+    n_sweeps = lin.c0.shape[0]
+    return np.stack([_weighted_sums(float(g), *args, n_sweeps)[0] for g in gamma])
 
 
 def add_draws(idata, model: pm.Model, seed: int) -> None:
