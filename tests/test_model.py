@@ -642,6 +642,27 @@ def test_optimised_start_restarts_until_a_run_gains_nothing(monkeypatch):
     assert not search["start_converged"] and search["start_logp"] < -1.0, search
 
 
+def test_the_start_search_calls_the_samplers_own_compiled_density():
+    """:func:`compiled_density` (nutpie's C callback through ctypes) is the density and
+    gradient of ``compiled.logp_func``, and raises outside the domain (a row past its wall)."""
+    import nutpie
+
+    from specbayes.model import sampling
+
+    with pm.Model() as model:
+        scale = pm.HalfNormal("scale", 1.0)
+        pm.Normal("y", 0.0, scale, observed=[0.3, -1.2, 0.8])
+    compiled = nutpie.compile_pymc_model(model)
+    density = sampling.compiled_density(compiled)
+    for x in ([0.1], [-2.0], [1.5]):
+        lp, grad = density(np.array(x))
+        want_lp, want_grad = compiled.logp_func(np.array(x))
+        assert lp == pytest.approx(float(want_lp), rel=1e-12)
+        np.testing.assert_allclose(grad, want_grad, rtol=1e-12)
+    with pytest.raises(FloatingPointError):
+        density(np.array([np.nan]))
+
+
 def test_scouting_restarts_only_trapped_chains_from_the_best_ones_late_positions():
     """:func:`choose_starts`: a chain whose last-quarter log density lies more than
     ``SCOUT_TRAP_SD`` sqrt(d/2) below the best chain's starts at the best chain's position,
