@@ -9,7 +9,8 @@ where an iid Normal of that size alone takes nutpie 31 leapfrog steps per draw
 
 A sweep's rows pin its costs to about 1 %, over which the law is close to linear, so each
 row's expected log latency is taken to first order about a point :math:`c^0_s` near the
-sweep's conditional posterior (:func:`linearise`):
+sweep's conditional posterior (:func:`linearise` about :func:`sweep_point`'s least-squares
+costs, then :func:`relinearise` at the conditional mean given the optimised start):
 
 .. math::
 
@@ -256,10 +257,10 @@ def marginal_logp(value, m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log
     ``m1``, ``m2`` the sweeps' decomposition (log C1, log C2), ``tau1``, ``jitter`` their
     deviation scales, ``sigma2`` the noise variance, ``gamma`` the noise growth; ``mu0``,
     ``jac``, ``ell`` the rows' :class:`Linearisation`, ``log_count`` theirs
-    (:func:`~specbayes.model.design.log_counts`), ``sweep`` each row's sweep, ``c0`` the
-    points."""
+    (:func:`~specbayes.model.design.log_counts`), ``sweep`` each row's sweep (NumPy), ``c0``
+    the points."""
     xp = np if isinstance(m1, np.ndarray) and isinstance(value, np.ndarray) else pt
-    n_sweeps = c0.shape[0]
+    n_sweeps = int(np.max(sweep)) + 1  # every sweep has rows
     sums = _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps)
     rr, (b1, b2), (q11, q12, q22) = _conditional(
         sums, m1 - c0[:, 0], m2 - c0[:, 1], tau1, jitter, sigma2
@@ -331,14 +332,13 @@ def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin
     rows = dict(sweep=design.obs_sweep, load=design.load, closed=design.obs_closed)
     pm.CustomDist(
         "log_latency", log_c1_eff, log_c2_eff, pt.sqrt(tau1_var), jitter, sigma2, growth,
-        data["mu0"], data["jac"], data["ell"], log_count,
-        logp=lambda value, *args: marginal_logp(
-            value, *args, sweep=design.obs_sweep, c0=lin.c0
-        ),
+        data["mu0"], data["jac"], data["ell"], log_count, data["c0"],
+        logp=lambda value, *args: marginal_logp(value, *args[:-1], sweep=design.obs_sweep,
+                                                c0=args[-1]),
         random=lambda *args, rng=None, size=None: marginal_random(
-            *args, rng=rng, size=size, **rows
+            *args[:-1], rng=rng, size=size, **rows
         ),
-        signature="(s),(s),(),(),(),(),(n),(n,j),(n),(n)->(n)",
+        signature="(s),(s),(),(),(),(),(n),(n,j),(n),(n),(s,j)->(n)",
         observed=design.log_latency, dims="obs",
     )  # fmt: skip
 
@@ -397,21 +397,76 @@ def _sums_over_draws(rows, lin: Linearisation, gamma: np.ndarray) -> np.ndarray:
     return np.stack([_weighted_sums(float(g), *args, n_sweeps)[0] for g in gamma])
 
 
-def add_draws(idata, model: pm.Model, seed: int) -> None:
-    """Add :func:`draw_sweeps`' ``log_c1``, ``log_c2`` and ``mu`` to ``idata.posterior``
-    (what :func:`specbayes.model.sampling.add_collapsed` adds for a sampled fit: here the
-    scales ``sigma`` and ``tau`` were sampled)."""
+#: Rounds of :func:`relinearise` before sampling.
+RELINEARISE_ROUNDS = 2
+
+
+def relinearise(model: pm.Model, compiled, x: np.ndarray):
+    """Move the linearisation to each sweep's conditional mean at the point ``x`` (nutpie's
+    unconstrained axes, the optimised start): in ``model``'s data and in ``compiled``'s,
+    which is returned (the same compiled graph, new data).
+
+    The least-squares costs a fit starts from are the sweep's own; the hierarchy pulls its
+    conditional away from them (0.5 % for C2's jitter, more where the decomposition misfits
+    a sweep), and the law's curvature over that pull is what the first order leaves out
+    (0.009–0.023 nats a sweep at a 3 % pull, 0.0005–0.005 at the conditional mean,
+    ``tests/test_marginal.py``) — largest at the rows nearest a wall, which the stored
+    log-likelihood scores at the drawn costs."""
+    import ctypes
+
+    names, slices, shapes = compiled.shape_info
+    flat = np.empty(compiled.n_expanded)
+    pointer = ctypes.POINTER(ctypes.c_double)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    code = compiled.compiled_expand_func.ctypes(
+        x.size, flat.size, x.ctypes.data_as(pointer), flat.ctypes.data_as(pointer),
+        compiled.user_data.ctypes.data,
+    )  # fmt: skip
+    if code != 0:
+        raise FloatingPointError(f"nutpie's expand callback failed (code {code})")
+    point = {n: flat[w].reshape(sh) for n, w, sh in zip(names, slices, shapes, strict=True)}
+    post = xr.Dataset(
+        {
+            name: (
+                ("chain", "draw", *[f"{name}_{i}" for i in range(np.ndim(point[name]))]),
+                point[name][None, None],
+            )
+            for name in ("log_c1_eff", "log_c2_eff", "tau", "noise_var", "noise_growth")
+        }
+    )
+    rows = _rows_of(model)
+    lin = linearise(rows, conditional_mean(rows, post, _linearisation_of(model))[0, 0])
+    data = {"lin_c0": lin.c0, "lin_mu0": lin.mu0, "lin_jac": lin.jac, "lin_ell": lin.ell}
+    pm.set_data(data, model=model)
+    return compiled.with_data(**data)
+
+
+def _rows_of(model: pm.Model):
+    """The design's row arrays from ``model``'s data (what :func:`linearise` and
+    :func:`draw_sweeps` read)."""
     from types import SimpleNamespace
 
     def data(name):
         return np.asarray(model[name].get_value())
 
     obs = model["log_latency"]
-    rows = SimpleNamespace(
+    return SimpleNamespace(
         obs_sweep=data("obs_sweep"), load=data("load"), obs_closed=data("closed"),
         log_count=data("log_count"), log_latency=np.asarray(model.rvs_to_values[obs].data),
     )  # fmt: skip
-    lin = Linearisation(data("lin_c0"), data("lin_mu0"), data("lin_jac"), data("lin_ell"))
+
+
+def _linearisation_of(model: pm.Model) -> Linearisation:
+    return Linearisation(
+        *(np.asarray(model[f"lin_{n}"].get_value()) for n in ("c0", "mu0", "jac", "ell"))
+    )
+
+
+def add_draws(idata, model: pm.Model, seed: int) -> None:
+    """Add :func:`draw_sweeps`' ``log_c1``, ``log_c2`` and ``mu`` to ``idata.posterior``
+    (what :func:`specbayes.model.sampling.add_collapsed` adds for a sampled fit: here the
+    scales ``sigma`` and ``tau`` were sampled)."""
+    rows, lin = _rows_of(model), _linearisation_of(model)
     draws = draw_sweeps(rows, idata.posterior, lin, np.random.default_rng([seed, 7]))
     dims = {"log_c1": "sweep", "log_c2": "sweep", "mu": "obs"}
     for name, values in draws.items():
