@@ -604,3 +604,18 @@ def test_tail_excess_flag_asks_the_fit_for_the_excess_and_needs_metrics(fit_prio
     assert run_cli(["fit", "good.csv", "--out", "y.nc", "--tail-excess"]) != 0
     assert "--tail-excess shapes the noise of --metrics" in capsys.readouterr().err
     assert seen == [{"metric_excess": TAIL_EXCESS}]  # no fit was asked
+
+
+def test_integrate_sweeps_flag_asks_the_fit_to_and_comes_alone(fit_priors, capsys):
+    """``--integrate-sweeps`` reaches the fit as ``sweeps: marginal``; with a flag whose model
+    reads each sweep's costs (--metrics, --knee, --curvature, --model moe) one line, no fit."""
+    seen = fit_priors
+    assert run_cli(["fit", "good.csv", "--out", "y.nc", "--integrate-sweeps"]) == 2
+    assert seen == [{"sweeps": "marginal"}]
+    for extra, named in ((["--metrics", "ttft_p99"], "--metrics"), (["--knee"], "--knee"),
+                         (["--model", "moe"], "--model moe")):  # fmt: skip
+        capsys.readouterr()
+        assert run_cli(["fit", "good.csv", "--out", "y.nc", "--integrate-sweeps", *extra]) != 0
+        err = capsys.readouterr().err
+        assert f"so it does not take {named} — drop one of them" in err, err
+    assert seen == [{"sweeps": "marginal"}]  # no fit was asked

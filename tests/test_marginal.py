@@ -198,7 +198,27 @@ def test_the_marginal_model_samples_no_sweep_and_draws_its_rows(demo_subset):
 )  # fmt: skip
 def test_the_marginal_model_refuses_what_it_cannot_carry(demo_subset, priors, metrics, why):
     with pytest.raises(ValueError, match=why):
-        M.check(build_design(demo_subset), {"inverse_knee": None, "knee": None, **priors}, metrics)
+        M.check(
+            build_design(demo_subset),
+            {"inverse_knee": None, "knee": None, "sweeps": "marginal", **priors},
+            metrics,
+        )
+
+
+def test_the_anchored_structure_refuses_to_integrate_its_sweeps():
+    """One dense and at most one SD sweep per workload: there the sweeps' costs are the
+    coefficients, so the flag is refused, not ignored."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import small_sweeps
+
+    design = build_design(small_sweeps.real_case("HumanEval", "dspark").table)
+    assert design.structure == "anchored"
+    with pytest.raises(ValueError, match="anchored structure"):
+        build_model(design, {"sweeps": "marginal"})
+    with pytest.raises(ValueError, match="'sampled' or 'marginal'"):
+        build_model(design, {"sweeps": "integrated"})
 
 
 def test_relinearising_moves_each_sweep_to_its_conditional_mean(demo_subset):
@@ -225,17 +245,20 @@ def test_relinearising_moves_each_sweep_to_its_conditional_mean(demo_subset):
 
 
 @pytest.mark.slow
-def test_the_marginal_fit_is_the_sampled_fit(demo_subset):
-    """Fitted both ways (the demo's Llama-3.1-8B, two cells), each healthy, the marginal fit's
+def test_the_marginal_fit_is_the_sampled_fit():
+    """Fitted both ways (the demo, the default seed), each healthy, the marginal fit's
     posterior means of the group levels, unit coefficients and sweep costs lie within half a
     sampled posterior sd of the sampled fit's, its sds within 20 %; its predictions (the
-    expected latency of every fitted row, drawn costs) as well; `az.loo` reads it."""
+    expected latency of every fitted row, drawn costs) as well; `az.loo` reads it. (On the
+    demo's two-cell subset both forms diverge at some seeds: a small-set funnel of the
+    cell scale, not this comparison's subject.)"""
     import arviz as az
 
     from specbayes.model.fitted import fit_next
 
-    sampled = fit_next(demo_subset, seed=3)
-    marginal = fit_next(demo_subset, seed=3, priors={"sweeps": "marginal"})
+    demo = validate_sweeps(pd.read_parquet(REPO / "data/demo.parquet"))
+    sampled = fit_next(demo)
+    marginal = fit_next(demo, priors={"sweeps": "marginal"})
     for f in (sampled, marginal):
         assert f.summary()["healthy"], f.summary()
     for name in ("coef_mu", "log_coef", "log_c1", "log_c2", "mu"):

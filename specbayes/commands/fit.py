@@ -102,6 +102,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "beyond the percentile, instead of Student-t tails (docs/model.md; "
         "benchmarks/metric_model.md)",
     )
+    p.add_argument(
+        "--integrate-sweeps",
+        action="store_true",
+        help="each sweep's costs integrated out of the sampled density instead of sampled "
+        "(the law to first order over a sweep's ~1%% spread; docs/model.md §7): two sampled "
+        "axes fewer per sweep — on the paper's dense verifiers healthy in 5 minutes where "
+        "the sampled form was not in 40 (benchmarks/fit_speed.md). Not with --metrics, "
+        "--knee, --curvature or --model moe",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -274,8 +283,8 @@ def check_level(table, model: str, source) -> None:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """``--curvature`` agrees with ``--model``, ``--tail-excess`` has its ``--metrics`` (one
-    line, before any reading)."""
+    """``--curvature`` agrees with ``--model``, ``--tail-excess`` has its ``--metrics``,
+    ``--integrate-sweeps`` comes alone (one line, before any reading)."""
     if getattr(args, "curvature", False) and args.model == "moe":
         raise ValueError(
             "--curvature: the moe level bends with the expert coverage, not a batch "
@@ -283,6 +292,17 @@ def check_flags(args: argparse.Namespace) -> None:
         )
     if getattr(args, "tail_excess", False) and not getattr(args, "metrics", None):
         raise ValueError("--tail-excess shapes the noise of --metrics: give --metrics too")
+    clash = [
+        flag for flag, on in (
+            ("--metrics", getattr(args, "metrics", None)), ("--knee", getattr(args, "knee", 0)),
+            ("--curvature", getattr(args, "curvature", 0)), ("--model moe", args.model == "moe"),
+        ) if on
+    ]  # fmt: skip
+    if getattr(args, "integrate_sweeps", False) and clash:
+        raise ValueError(
+            f"--integrate-sweeps: a sweep's costs are two numbers there, so it does not take "
+            f"{clash[0]} — drop one of them"
+        )
 
 
 def save_atomically(result, path: Path) -> Path:
@@ -330,8 +350,8 @@ def excluded_line(excluded, path: Path) -> str:
 
 
 def flag_priors(args: argparse.Namespace) -> dict | None:
-    """The prior overrides ``--curvature``, ``--knee`` or ``--tail-excess`` ask for (``None``:
-    the defaults)."""
+    """The prior overrides ``--curvature``, ``--knee``, ``--tail-excess`` or
+    ``--integrate-sweeps`` ask for (``None``: the defaults)."""
     from specbayes.model.priors import KNEE, KNEE_PRIOR, TAIL_EXCESS
 
     priors = {}
@@ -343,6 +363,8 @@ def flag_priors(args: argparse.Namespace) -> dict | None:
         if "inverse_knee" in priors:
             raise SystemExit("--knee and --curvature are two forms of one bend: give one")
         priors["knee"] = {part: dict(v) for part, v in KNEE.items()}
+    if getattr(args, "integrate_sweeps", False):
+        priors["sweeps"] = "marginal"
     return priors or None
 
 

@@ -49,6 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--knee", action="store_true", help="every fit with the knee of `specbayes fit --knee`"
     )
     p.add_argument(
+        "--integrate-sweeps",
+        action="store_true",
+        help="every fit with the sweeps integrated out (`specbayes fit --integrate-sweeps`)",
+    )
+    p.add_argument(
         "--tail-excess",
         action="store_true",
         help="every fit's --metrics with the tail excess of `specbayes fit --tail-excess`",

@@ -110,12 +110,12 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         log_count = pm.Data("log_count", design.log_count, dims="obs")
 
         # per-sweep costs (the identified axes) and the coefficients behind them
+        marginal.check(design, pr, metrics)
         if design.structure == "anchored":
             log_c1, log_c2, split = anchored_costs(design, pr)
         else:
             log_c1, log_c2, split = pooled_costs(design, pr)
         if split is None:  # the sweeps integrated out: their costs are drawn after sampling
-            marginal.check(design, pr, metrics)
             lin = marginal.linearise(design, marginal.sweep_point(design))
             marginal.marginal_likelihood(
                 design, pr, log_c1, log_c2, log_count, lin, _growth_axis(design)

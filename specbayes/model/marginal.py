@@ -294,20 +294,29 @@ def marginal_random(m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_coun
 
 
 def check(design, pr: dict, metrics: tuple) -> None:
-    """Refuse what the integrated sweeps cannot carry: a sweep's costs are two numbers here,
-    so the law must be the paper's alone (no curvature, knee or expert reads), the
-    per-point metrics (which read each sweep's costs) wait for the draws, and the anchored
-    structure samples its sweeps' costs as its coefficients."""
+    """With ``pr["sweeps"] == "marginal"``, refuse what the integrated sweeps cannot carry: a
+    sweep's costs are two numbers here, so the law must be the paper's alone (no curvature,
+    knee or expert reads), the per-point metrics (which read each sweep's costs) wait for
+    the draws, and the anchored structure (one dense and at most one SD sweep per workload)
+    samples its sweeps' costs as its coefficients."""
+    if pr["sweeps"] == "sampled":
+        return
+    if pr["sweeps"] != "marginal":
+        raise ValueError(f"priors['sweeps'] is 'sampled' or 'marginal', got {pr['sweeps']!r}")
     bent = [k for k in ("inverse_knee", "knee") if pr[k] is not None]
     why = (
-        "the anchored structure" if design.structure != "pooled"
+        "the anchored structure (its sweeps' costs are its coefficients)"
+        if design.structure != "pooled"
         else f"the {design.level!r} level" if design.level == "moe"
         else f"the {bent[0]!r} prior" if bent
         else "--metrics" if metrics
         else None
     )  # fmt: skip
     if why:
-        raise ValueError(f"priors['sweeps'] = 'marginal' does not take {why}; use 'sampled'")
+        raise ValueError(
+            f"the sweeps integrated out (--integrate-sweeps, priors['sweeps'] = 'marginal') "
+            f"do not take {why}: sample them (the default)"
+        )
 
 
 def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin: Linearisation,
