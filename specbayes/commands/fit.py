@@ -142,6 +142,8 @@ def format_summary(summary: dict) -> str:
     cfg = summary.get("sampler_config") or {}
     if cfg:
         structure = f"; {summary['structure']} structure" if summary.get("structure") else ""
+        if summary.get("sweeps") == "marginal":
+            structure += ", each sweep's costs integrated out"
         lines.append(
             f"sampler {cfg.get('sampler', 'nutpie')}: {cfg.get('chains')} chains x "
             f"{cfg.get('draws')} draws ({cfg.get('tune')} tune), target_accept "

@@ -586,6 +586,7 @@ class NextFit(CoefficientDraws):
             "model": self.model_name,
             "model_id": MODEL_ID,
             "structure": self.design.structure,
+            "sweeps": merge_priors(self.config.get("priors"))["sweeps"],
             "rows": len(self.data),
             "excluded": len(self.excluded),
             "divergences": h["divergences"],
