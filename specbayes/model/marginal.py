@@ -56,7 +56,11 @@ from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_defa
 
 from specbayes.model.likelihood import log_mean_latency, log_row_scale
 
-__all__ = ["Linearisation", "draw_sweeps", "linearise", "marginal_logp", "sweep_point"]
+__all__ = [
+    "Linearisation", "SweepSums", "add_draws", "check", "conditional_mean", "draw_sweeps",
+    "linearise", "marginal_likelihood", "marginal_logp", "register_jax", "relinearise",
+    "sweep_point",
+]  # fmt: skip
 
 #: Finite-difference step (natural log of a cost) for the law's Jacobian.
 _STEP = 1e-5
@@ -280,7 +284,9 @@ def marginal_logp(value, m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log
 def marginal_random(m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_count, rng=None,
                     size=None, *, sweep, load, closed):  # fmt: skip
     """Draws of the rows: each sweep's costs around its decomposition, then the exact law's
-    rows around them (what the linearisation stands in for)."""
+    rows around them (what the linearisation stands in for). With posterior draws of the
+    hierarchy (``pm.sample_posterior_predictive``) that is a new sweep of each configuration;
+    the fit's ``posterior_predictive`` group draws around each sweep's own drawn costs."""
     m1, m2 = np.asarray(m1), np.asarray(m2)
     shape = tuple(size) if size is not None else m1.shape[:-1]
     lc1 = m1 + np.asarray(tau1)[..., None] * rng.standard_normal((*shape, m1.shape[-1]))

@@ -157,7 +157,7 @@ Pooled structure (coefficients shared across sweeps)
         density, the law taken to first order over each sweep's ~1 % conditional spread, and
         drawn from their conditional after sampling (:mod:`specbayes.model.marginal`; the
         noise scale and the C1 deviations' scale are then sampled). Two axes fewer per sweep:
-        369 sampled axes on the paper set's dense verifiers instead of 13,489. The law alone
+        369 sampled axes on the paper set's dense verifiers instead of ~13,500. The law alone
         (no curvature, knee or expert reads) and no per-point metrics.
 
 Both
