@@ -115,7 +115,7 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
             log_c1, log_c2, split = anchored_costs(design, pr)
         else:
             log_c1, log_c2, split = pooled_costs(design, pr)
-        if split is None:  # the sweeps integrated out: their costs are drawn after sampling
+        if pr["sweeps"] == "marginal":  # integrated out: the costs are drawn after sampling
             lin = marginal.linearise(design, marginal.sweep_point(design))
             marginal.marginal_likelihood(
                 design, pr, log_c1, log_c2, log_count, lin, _growth_axis(design)

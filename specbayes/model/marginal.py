@@ -291,11 +291,10 @@ def marginal_random(m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_coun
     shape = tuple(size) if size is not None else m1.shape[:-1]
     lc1 = m1 + np.asarray(tau1)[..., None] * rng.standard_normal((*shape, m1.shape[-1]))
     lc2 = m2 + np.asarray(jitter)[..., None] * rng.standard_normal((*shape, m2.shape[-1]))
-    with np.errstate(all="ignore"):
-        mu = log_mean_latency(lc1[..., sweep], lc2[..., sweep], load, closed)
-    eps = rng.standard_normal(mu.shape)
     with np.errstate(all="ignore"):  # a prior draw past a row's wall: that row is not finite
+        mu = log_mean_latency(lc1[..., sweep], lc2[..., sweep], load, closed)
         log_w = log_row_scale(mu, lc1[..., sweep], np.asarray(gamma)[..., None], log_count)
+        eps = rng.standard_normal(mu.shape)
         return mu + np.sqrt(np.asarray(sigma2))[..., None] * np.exp(log_w) * eps
 
 
@@ -416,10 +415,11 @@ def _sums_over_draws(rows, lin: Linearisation, gamma: np.ndarray) -> np.ndarray:
 RELINEARISE_ROUNDS = 2
 
 
-def relinearise(model: pm.Model, compiled, x: np.ndarray):
-    """Move the linearisation to each sweep's conditional mean at the point ``x`` (nutpie's
-    unconstrained axes, the optimised start): in ``model``'s data and in ``compiled``'s,
-    which is returned (the same compiled graph, new data).
+def relinearise(model: pm.Model, compiled, point: dict):
+    """Move the linearisation to each sweep's conditional mean at ``point`` (the model's
+    variables at the optimised start, :func:`specbayes.model.sampling.compiled_point`): in
+    ``model``'s data and in ``compiled``'s (nutpie's), which is returned (the same compiled
+    graph, new data).
 
     The least-squares costs a fit starts from are the sweep's own; the hierarchy pulls its
     conditional away from them (0.5 % for C2's jitter, more where the decomposition misfits
@@ -427,19 +427,6 @@ def relinearise(model: pm.Model, compiled, x: np.ndarray):
     (0.009–0.023 nats a sweep at a 3 % pull, 0.0005–0.005 at the conditional mean,
     ``tests/test_marginal.py``) — largest at the rows nearest a wall, which the stored
     log-likelihood scores at the drawn costs."""
-    import ctypes
-
-    names, slices, shapes = compiled.shape_info
-    flat = np.empty(compiled.n_expanded)
-    pointer = ctypes.POINTER(ctypes.c_double)
-    x = np.ascontiguousarray(x, dtype=np.float64)
-    code = compiled.compiled_expand_func.ctypes(
-        x.size, flat.size, x.ctypes.data_as(pointer), flat.ctypes.data_as(pointer),
-        compiled.user_data.ctypes.data,
-    )  # fmt: skip
-    if code != 0:
-        raise FloatingPointError(f"nutpie's expand callback failed (code {code})")
-    point = {n: flat[w].reshape(sh) for n, w, sh in zip(names, slices, shapes, strict=True)}
     post = xr.Dataset(
         {
             name: (

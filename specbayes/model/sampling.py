@@ -125,7 +125,7 @@ def compile_model(model: pm.Model):
         from specbayes.model.marginal import RELINEARISE_ROUNDS, relinearise
 
         for _ in range(RELINEARISE_ROUNDS):
-            compiled = relinearise(model, compiled, centre)
+            compiled = relinearise(model, compiled, compiled_point(compiled, centre))
             centre, search = optimised_start(compiled_density(compiled), centre)
     seconds = time.perf_counter() - t0
     jitter = KNEE_START_JITTER if "knee_at" in model.named_vars else START_JITTER
@@ -147,24 +147,40 @@ def compiled_density(compiled):
     that reports a value or gradient that is not finite (codes 3, 4) or fails (1) raises
     ``FloatingPointError`` — :func:`optimised_start` reads it as outside the domain.
     """
-    import ctypes
-
     callback = compiled.compiled_logp_func.ctypes
-    user_data = compiled.user_data.ctypes.data
-    pointer = ctypes.POINTER(ctypes.c_double)
 
     def logp_and_grad(x):
         x = np.ascontiguousarray(x, dtype=np.float64)
         grad, logp = np.empty_like(x), np.empty(())
-        code = callback(
-            x.size, x.ctypes.data_as(pointer), grad.ctypes.data_as(pointer),
-            logp.ctypes.data_as(pointer), user_data,
-        )  # fmt: skip
+        code = callback(x.size, _pointer(x), _pointer(grad), _pointer(logp),
+                        compiled.user_data.ctypes.data)  # fmt: skip
         if code != 0:
             raise FloatingPointError(f"the compiled density returned code {code}")
         return float(logp), grad
 
     return logp_and_grad
+
+
+def compiled_point(compiled, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Every variable of the model (free and deterministic, constrained) at nutpie's
+    unconstrained position ``x``, by the expand callback its sampler calls (:mod:`ctypes`,
+    as :func:`compiled_density`)."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    flat = np.empty(compiled.n_expanded)
+    code = compiled.compiled_expand_func.ctypes(
+        x.size, flat.size, _pointer(x), _pointer(flat), compiled.user_data.ctypes.data
+    )
+    if code != 0:
+        raise FloatingPointError(f"nutpie's expand callback failed (code {code})")
+    names, slices, shapes = compiled.shape_info
+    return {n: flat[w].reshape(sh) for n, w, sh in zip(names, slices, shapes, strict=True)}
+
+
+def _pointer(a: np.ndarray):
+    """``a``'s data as a C ``double *`` (``a`` float64 and contiguous)."""
+    import ctypes
+
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
 
 
 def optimised_start(logp_and_grad, x0: np.ndarray) -> tuple[np.ndarray, dict]:
