@@ -318,10 +318,12 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
-    except KeyboardInterrupt as exc:  # still importing the subcommands
-        name = signal.Signals(exit_status(exc) - 128).name
-        sys.stderr.write(f"specbayes: interrupted ({name}) — stopped; nothing was written\n")
-        return exit_status(exc)
+    except Exception:  # still importing the subcommands: what an interrupt broke
+        if not _RECEIVED:
+            raise
+        return _report_interrupted("specbayes", Interrupted(_RECEIVED[0]))
+    except KeyboardInterrupt as exc:
+        return _report_interrupted("specbayes", exc)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -349,34 +351,44 @@ def _warning_keeper(command: str, held: list[str]):
 
 def _run(args: argparse.Namespace) -> int:
     """Run the subcommand; input errors become one line and exit status 2."""
+    command = f"specbayes {args.command}"
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
-        if threading.current_thread() is threading.main_thread():
-            signal.setitimer(signal.ITIMER_REAL, 0)  # no re-raise (_swallowed) pending
-            for signum in (signal.SIGINT, signal.SIGTERM):  # clean-up is done: one line, no more
-                signal.signal(signum, signal.SIG_IGN)
-        name = signal.Signals(exit_status(exc) - 128).name
-        print(
-            f"specbayes {args.command}: interrupted ({name}) — stopped; nothing was written",
-            file=sys.stderr,
-        )
-        return exit_status(exc)
-    except INPUT_ERRORS as exc:
-        if os.environ.get("SPECBAYES_DEBUG"):
-            raise
-        print(error_line(args.command, exc), file=sys.stderr)
+        return _report_interrupted(command, exc)
+    except Exception as exc:
+        # what an interrupt broke is no mistake or bug (an extension module whose
+        # initialisation a signal stopped raises "ImportError: initialization failed")
+        if _RECEIVED:
+            return _report_interrupted(command, Interrupted(_RECEIVED[0]))
+        return _report_error(args.command, exc)
+
+
+def _report_interrupted(command: str, exc: KeyboardInterrupt) -> int:
+    """One line for an interrupt; later signals are ignored (the clean-up is done)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.setitimer(signal.ITIMER_REAL, 0)  # no re-raise (_swallowed) pending
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+    name = signal.Signals(exit_status(exc) - 128).name
+    print(f"{command}: interrupted ({name}) — stopped; nothing was written", file=sys.stderr)
+    return exit_status(exc)
+
+
+def _report_error(command: str, exc: Exception) -> int:
+    """An input error becomes one line and exit status 2, anything else (a bug) one line
+    and exit status 3; ``SPECBAYES_DEBUG=1`` raises it instead."""
+    if os.environ.get("SPECBAYES_DEBUG"):
+        raise exc
+    if isinstance(exc, INPUT_ERRORS):
+        print(error_line(command, exc), file=sys.stderr)
         return EXIT_USAGE
-    except Exception as exc:  # a bug, not a mistake of the user's: still one line
-        if os.environ.get("SPECBAYES_DEBUG"):
-            raise
-        print(
-            f"specbayes {args.command}: internal error ({type(exc).__name__}: "
-            f"{one_line(str(exc), 200)}) — please report it; SPECBAYES_DEBUG=1 shows the "
-            "traceback",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+    print(
+        f"specbayes {command}: internal error ({type(exc).__name__}: "
+        f"{one_line(str(exc), 200)}) — please report it; SPECBAYES_DEBUG=1 shows the traceback",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

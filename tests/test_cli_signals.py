@@ -115,6 +115,29 @@ def test_signal_while_writing(tmp_path, monkeypatch, capsys, signum):
     assert signal.getsignal(signal.SIGTERM) is not cli._raise_interrupted
 
 
+def test_what_an_interrupt_broke_is_reported_as_the_interrupt(tmp_path, monkeypatch, capsys):
+    """A signal inside an extension module's initialisation surfaces as ``ImportError:
+    initialization failed`` (seen in CI while ``fit`` imported its libraries): the command
+    still ends as interrupted, with its status and one line, not as an internal error."""
+    import specbayes.fit
+
+    def broken(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # the handler raises here
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed") from None
+
+    csv = tmp_path / "sweeps.csv"
+    pd.read_parquet(REPO / "data/demo.parquet").head(60).to_csv(csv, index=False)
+    monkeypatch.setattr(specbayes.fit, "fit", broken)
+    code = cli.main(["fit", str(csv), "--out", str(tmp_path / "new" / "fit.nc"), "--quiet"])
+    assert code == 143
+    err = capsys.readouterr().err
+    assert err == "specbayes fit: interrupted (SIGTERM) — stopped; nothing was written\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["sweeps.csv"]
+
+
 def test_interrupt_swallowed_by_a_c_callback_is_raised_again():
     """Python prints and drops an exception raised in a ctypes callback (numba's LLVM object
     cache calls one): the interrupt is raised again in the code that runs next."""
