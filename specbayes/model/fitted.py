@@ -644,19 +644,12 @@ class NextFit(CoefficientDraws):
         from specbayes.artefacts import strict_json as _strict_json
 
         d, post = self.design, self.idata.posterior
-        mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
-        log_w = posterior_log_row_scale(post, d.obs_sweep, d.log_count)
-        sigma = post["sigma"].values[..., None] * np.exp(log_w)
         rng = np.random.default_rng([self.seed, 1])
+        ll, pp = self._row_groups(rng)
         dims, coords = ("chain", "draw", "obs"), {"obs": np.arange(len(d.data))}
         groups = {
-            "log_likelihood": xr.Dataset(
-                {"log_latency": (dims, log_density(d.log_latency, mu, sigma))}, coords=coords
-            ),
-            "posterior_predictive": xr.Dataset(
-                {"log_latency": (dims, mu + sigma * rng.standard_normal(mu.shape))},
-                coords=coords,
-            ),
+            "log_likelihood": xr.Dataset({"log_latency": (dims, ll)}, coords=coords),
+            "posterior_predictive": xr.Dataset({"log_latency": (dims, pp)}, coords=coords),
             "observed_data": xr.Dataset({"log_latency": ("obs", d.log_latency)}, coords=coords),
             "constant_data": _frame_to_dataset(d.data.drop(columns=["_config"]), "obs"),
             "excluded_data": _frame_to_dataset(self.excluded, "excluded_row"),
@@ -676,6 +669,21 @@ class NextFit(CoefficientDraws):
             "config": _strict_json(self.config),
         }
         finish_fit_artefact(self.idata, groups, attrs, "nutpie")
+
+    def _row_groups(self, rng) -> tuple[np.ndarray, np.ndarray]:
+        """The fitted rows' pointwise log-likelihood and a predictive draw (chain, draw,
+        obs) at the graph's ``mu``, a chain at a time: over every draw at once the
+        temporaries took 13 GB on the paper's dense verifiers (59,040 rows, 4,000 draws)."""
+        d, post = self.design, self.idata.posterior
+        mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
+        ll, pp = np.empty_like(mu), np.empty_like(mu)
+        for c in range(mu.shape[0]):
+            chain = post.isel(chain=[c])
+            log_w = posterior_log_row_scale(chain, d.obs_sweep, d.log_count)[0]
+            sigma = chain["sigma"].values[0, :, None] * np.exp(log_w)
+            ll[c] = log_density(d.log_latency, mu[c], sigma)
+            pp[c] = mu[c] + sigma * rng.standard_normal(mu[c].shape)
+        return ll, pp
 
     def _stamp_config(self) -> None:
         from specbayes.artefacts import strict_json as _strict_json

@@ -123,10 +123,17 @@ def compile_model(model: pm.Model):
     centre, search = optimised_start(compiled_density(compiled), compiled.initial_point_func(0))
     if "lin_c0" in model.named_vars:  # the sweeps integrated out: linearised where they sit
         from specbayes.model.marginal import RELINEARISE_ROUNDS, relinearise
+        from specbayes.model.whitening import whitened
 
         for _ in range(RELINEARISE_ROUNDS):
             compiled = relinearise(model, compiled, compiled_point(compiled, centre))
             centre, search = optimised_start(compiled_density(compiled), centre)
+        # few axes (the hierarchy's): sampled whitened at the mode, each chain started about
+        # a posterior sd from it along every principal axis
+        white = whitened(compiled, centre)
+        white._make_initial_points.seconds = time.perf_counter() - t0
+        white._make_initial_points.search = search
+        return white
     seconds = time.perf_counter() - t0
     jitter = KNEE_START_JITTER if "knee_at" in model.named_vars else START_JITTER
 
@@ -269,11 +276,11 @@ def sample(
     start_s, search = 0.0, {}
     if compiled is None:
         compiled = compile_model(model)
-        start_s = getattr(compiled.initial_point_func, "seconds", 0.0)
-        search = getattr(compiled.initial_point_func, "search", {})
+        start_s = getattr(initial_points(compiled), "seconds", 0.0)
+        search = getattr(initial_points(compiled), "search", {})
     mid = time.perf_counter()
     starts, scout = scouted_starts(compiled, seed, config, progress)
-    scouted = dataclasses.replace(compiled, initial_point_func=starts)
+    scouted = with_initial_points(compiled, starts)
     # warmup draws are not kept: the artefact holds what the fit's answers use (a third of
     # the demo fit's netCDF file was its warmup posterior)
     idata = _wait(
@@ -337,8 +344,22 @@ def scouted_starts(compiled, seed: int, config: dict, progress: bool = False):
         )  # fmt: skip
     stats = trace.warmup_sample_stats
     points, trapped = choose_starts(stats["logp"].values, stats["unconstrained_draw"].values)
-    starts = _in_turn(points) if trapped else compiled.initial_point_func
+    starts = _in_turn(points) if trapped else initial_points(compiled)
     return starts, {"scout_s": time.perf_counter() - t0, "scout_restarted": trapped}
+
+
+def initial_points(compiled):
+    """nutpie's function of a seed giving a chain's start, of a compiled PyMC model or of a
+    model of Python functions (:func:`specbayes.model.whitening.whitened`)."""
+    if hasattr(compiled, "initial_point_func"):
+        return compiled.initial_point_func
+    return compiled._make_initial_points  # nutpie's PyFuncModel names its field so
+
+
+def with_initial_points(compiled, starts):
+    """``compiled`` with the chains' starts given by ``starts(seed)``."""
+    field = "initial_point_func" if hasattr(compiled, "initial_point_func") else None
+    return dataclasses.replace(compiled, **{field or "_make_initial_points": starts})
 
 
 def choose_starts(logp: np.ndarray, position: np.ndarray) -> tuple[list[np.ndarray], int]:
