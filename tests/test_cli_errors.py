@@ -619,3 +619,10 @@ def test_integrate_sweeps_flag_asks_the_fit_to_and_comes_alone(fit_priors, capsy
         err = capsys.readouterr().err
         assert f"so it does not take {named} — drop one of them" in err, err
     assert seen == [{"sweeps": "marginal"}]  # no fit was asked
+    assert run_cli(["fit", "good.csv", "--out", "y.nc", "--sample-sweeps"]) == 2
+    assert seen[-1] == {"sweeps": "sampled"}
+    capsys.readouterr()
+    both = ["--integrate-sweeps", "--sample-sweeps"]
+    assert run_cli(["fit", "good.csv", "--out", "y.nc", *both]) != 0
+    assert "--integrate-sweeps and --sample-sweeps: give one" in capsys.readouterr().err
+    assert len(seen) == 2

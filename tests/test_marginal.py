@@ -178,11 +178,12 @@ def demo_subset():
 
 def test_the_marginal_model_samples_no_sweep_and_draws_its_rows(demo_subset):
     design = build_design(demo_subset)
-    model = build_model(design, {"sweeps": "marginal"})
+    model = build_model(design)  # the default on this pooled set: integrated out
+    assert "lin_c0" in model.named_vars
     free = {v.name for v in model.free_RVs}
     assert {"noise_var", "tau_c1_var", "noise_growth"} <= free
     assert not free & {"log_c1_sweep", "log_c1_dev", "log_c2_sweep", "log_c2_sweep_z"}
-    sampled = build_model(design)
+    sampled = build_model(design, {"sweeps": "sampled"})
     n_free = sum(np.size(v) for v in model.initial_point().values())
     n_sampled = sum(np.size(v) for v in sampled.initial_point().values())
     assert n_free == n_sampled - 2 * len(design.k) + 2  # two scales, no sweep axes
@@ -200,17 +201,20 @@ def test_the_marginal_model_samples_no_sweep_and_draws_its_rows(demo_subset):
     ],
 )  # fmt: skip
 def test_the_marginal_model_refuses_what_it_cannot_carry(demo_subset, priors, metrics, why):
+    """Asked for, it refuses; by default those fits sample their sweeps, the rest integrate
+    them out."""
+    design, pr = build_design(demo_subset), {"inverse_knee": None, "knee": None, **priors}
     with pytest.raises(ValueError, match=why):
-        M.check(
-            build_design(demo_subset),
-            {"inverse_knee": None, "knee": None, "sweeps": "marginal", **priors},
-            metrics,
-        )
+        M.form(design, {**pr, "sweeps": "marginal"}, metrics)
+    assert M.form(design, {**pr, "sweeps": None}, metrics) == "sampled"
+    plain = {"inverse_knee": None, "knee": None, "sweeps": None}
+    assert M.form(design, plain, ()) == "marginal"
+    assert M.form(design, {**plain, "sweeps": "sampled"}, ()) == "sampled"
 
 
 def test_the_anchored_structure_refuses_to_integrate_its_sweeps():
     """One dense and at most one SD sweep per workload: there the sweeps' costs are the
-    coefficients, so the flag is refused, not ignored."""
+    coefficients, so the flag is refused, not ignored; the default samples them."""
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -220,8 +224,9 @@ def test_the_anchored_structure_refuses_to_integrate_its_sweeps():
     assert design.structure == "anchored"
     with pytest.raises(ValueError, match="anchored structure"):
         build_model(design, {"sweeps": "marginal"})
-    with pytest.raises(ValueError, match="'sampled' or 'marginal'"):
+    with pytest.raises(ValueError, match="'sampled', 'marginal' or None"):
         build_model(design, {"sweeps": "integrated"})
+    assert "lin_c0" not in build_model(design).named_vars  # by default: sampled, no error
 
 
 def test_relinearising_moves_each_sweep_to_its_conditional_mean(demo_subset):

@@ -20,6 +20,9 @@ from specbayes.data import validate_sweeps
 from specbayes.model import build_design, build_model, merge_priors
 
 REPO = Path(__file__).resolve().parents[1]
+#: The sampled form of the sweeps (the structure tests below read its per-sweep axes; the
+#: default integrates them out where it can, tests/test_marginal.py).
+SAMPLED = {"sweeps": "sampled"}
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import small_sweeps  # noqa: E402
@@ -173,7 +176,7 @@ def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
 
     pr = merge_priors(None)
     # centred by default: log C1 of each sweep is sampled, its deviation derived
-    centred = build_model(build_design(demo_subset))
+    centred = build_model(build_design(demo_subset), SAMPLED)
     names = {v.name for v in centred.free_RVs}
     assert {"log_c1_sweep", "trend_logit", "trend_c2p"} <= names and "tau_c1" not in names
     assert "log_c1_dev" in centred.named_vars and "log_c1_dev" not in names
@@ -188,9 +191,9 @@ def test_c1_deviations_have_their_scale_integrated_out(demo_subset):
     expect_c = float(collapsed_logp(dev_c, zeros, zeros, a, b).eval())
     np.testing.assert_allclose(logp_c, expect_c, rtol=1e-7)
 
-    model = build_model(build_design(demo_subset), {"centred_sweeps": {"C1": False}})
+    model = build_model(build_design(demo_subset), {**SAMPLED, "centred_sweeps": {"C1": False}})
     assert "log_c1_dev" in {v.name for v in model.free_RVs}
-    sampled = build_model(build_design(demo_subset), {"c1_dev": None, "share_axis": ()})
+    sampled = build_model(build_design(demo_subset), {**SAMPLED, "c1_dev": None, "share_axis": ()})
     assert {"tau_c1", "trend_logit"} <= {v.name for v in sampled.free_RVs}
     assert "trend_c2p" not in sampled.named_vars
     n = len(model.coords["sweep"])
@@ -251,7 +254,7 @@ def test_prior_predictive_finite(real_case):
 
 
 def test_prior_predictive_open_loop_finite(demo_subset):
-    model = build_model(build_design(demo_subset))
+    model = build_model(build_design(demo_subset), SAMPLED)
     pp = pm.sample_prior_predictive(100, model=model, random_seed=4)
     assert np.isfinite(pp.prior["mu"].values).mean() == 1.0
 
@@ -275,7 +278,7 @@ def test_graph_equals_laws_closed_loop(real_case):
 
 def test_graph_equals_laws_pooled(demo_subset):
     design = build_design(demo_subset)
-    model = build_model(design)
+    model = build_model(design, SAMPLED)
     mu, lc1, lc2 = _evaluate(model, ["mu", "log_c1", "log_c2"], 2)
     c1, c2 = np.exp(lc1[:, design.obs_sweep]), np.exp(lc2[:, design.obs_sweep])
     expect = np.where(
@@ -332,7 +335,7 @@ def test_row_noise_shrinks_with_the_requests_averaged(demo_subset):
 
     design = build_design(demo_subset)
     assert np.ptp(design.log_count) > 0
-    model = build_model(design)
+    model = build_model(design, SAMPLED)
     point = model.initial_point()
 
     def at_point(out):
@@ -412,21 +415,23 @@ def test_centred_cells_per_coefficient(demo_subset):
     none, a tuple: those centred, a dict: a weight each); one level may mix the forms."""
     design = build_design(demo_subset)
     partly = {"cell_coefs": ("c2v", "c2d"), "centred_cells": {"c2v": 1.0, "c2d": 0.75}}
-    model = build_model(design, partly)  # c2v centred, c2d partly
+    model = build_model(design, {**SAMPLED, **partly})  # c2v centred, c2d partly
     dims = model.named_vars_to_dims
     assert dims["cell_coef"] == ("unit", "coef_c_unit") and "cell_z" not in dims
     assert dims["cell_z_draft"] == ("draft_unit", "coef_z_draft")
     assert "cell_coef_draft" not in dims
-    every = build_model(design, {**partly, "centred_cells": True}).named_vars_to_dims
+    every = build_model(design, {**SAMPLED, **partly, "centred_cells": True}).named_vars_to_dims
     assert {"cell_coef", "cell_coef_draft"} <= set(every) and "cell_z_draft" not in every
-    mixed = build_model(design, {"cell_coefs": ("c2p", "c2v"), "centred_cells": ("c2v",)})
+    mixed = build_model(
+        design, {**SAMPLED, "cell_coefs": ("c2p", "c2v"), "centred_cells": ("c2v",)}
+    )
     assert mixed.coords["coef_c_unit"] == ("c2v",) and mixed.coords["coef_z_unit"] == ("c2p",)
     for m in (model, mixed):
         pp = pm.sample_prior_predictive(50, model=m, random_seed=2)
         assert np.isfinite(pp.prior_predictive["log_latency"].values).all()
     for bad in ("c2v", ("c9x",), {"c2d": 1.5}, None):
         with pytest.raises(ValueError, match="centred_cells"):
-            build_model(design, {"centred_cells": bad})
+            build_model(design, {**SAMPLED, "centred_cells": bad})
 
 
 def test_group_level_prior_from_the_roofline(demo_subset):
@@ -449,7 +454,7 @@ def test_group_level_prior_from_the_roofline(demo_subset):
     assert (scale_d == pr["coef_mu_roofline_sigma"]).all() and not relative.any()
     assert catalogued.all()
     # a catalogued drafter's level: its coefficient, on a softplus axis at the prior's median
-    model = build_model(design)
+    model = build_model(design, SAMPLED)
     axis = model.rvs_to_transforms[model["coef_draft_roofline"]]
     assert axis.name == "softplus" and np.allclose(axis.scale, np.exp(loc_d.ravel()))
 
@@ -462,10 +467,12 @@ def test_group_level_prior_from_the_roofline(demo_subset):
     # of the verifier's
     assert not relative.any() and loc_d[0, 0] == pr["coef_mu"]["c1d"]["mu"]
     assert not catalogued.any()
-    assert build_model(other).named_vars_to_dims["coef_mu_draft_generic"] == ("drafter_generic",)
+    assert build_model(other, SAMPLED).named_vars_to_dims["coef_mu_draft_generic"] == (
+        "drafter_generic",
+    )
     ratio = merge_priors({"drafter_ratio": {"alpha": 2.0, "beta": 10.0}})
     assert group_level_prior(other, ratio, centre)["drafter"][2].all()
-    model = build_model(other, {"drafter_ratio": {"alpha": 2.0, "beta": 10.0}})
+    model = build_model(other, {**SAMPLED, "drafter_ratio": {"alpha": 2.0, "beta": 10.0}})
     assert model.named_vars_to_dims["drafter_log_ratio"] == ("drafter_rel",)
     pp = pm.sample_prior_predictive(50, model=model, random_seed=1)
     assert np.isfinite(pp.prior_predictive["log_latency"].values).all()
@@ -489,7 +496,7 @@ def test_several_drafters_per_workload_pooled():
     labels = np.array(design.coords["draft_unit"])[design.sweep_draft[design.sd]]
     expect = (sweeps["unit"] + "|" + sweeps["drafter"]).to_numpy()[design.sd]
     assert (labels == expect).all() and (design.sweep_draft[design.k == 0] == -1).all()
-    model = build_model(design)
+    model = build_model(design, SAMPLED)
     assert model.named_vars_to_dims["alpha"] == ("draft_latent",)
     mu, lc1, lc2 = _evaluate(model, ["mu", "log_c1", "log_c2"], 2)
     c1, c2 = np.exp(lc1[:, design.obs_sweep]), np.exp(lc2[:, design.obs_sweep])

@@ -37,10 +37,16 @@ DEMO_ARM = plan.Arm(
 )  # fmt: skip
 
 
+#: The sweeps sampled (:func:`mock_fit`).
+SAMPLED = {"sweeps": "sampled"}
+
+
 def mock_fit(table: SweepTable, draws: int = 40, seed: int = 5, level: str = "sd") -> NextFit:
     """A NextFit whose 'posterior' is prior draws (2 chains), with sigma drawn as after NUTS."""
     design = build_design(table, level)
-    model = build_model(design)
+    # the sweeps sampled: prior draws of the integrated form's hierarchy put some sweeps'
+    # conditional costs past their rows' walls (a posterior keeps them below)
+    model = build_model(design, SAMPLED)
     prior = pm.sample_prior_predictive(2 * draws, model=model, random_seed=seed).prior
     post = xr.Dataset(
         {
@@ -54,7 +60,7 @@ def mock_fit(table: SweepTable, draws: int = 40, seed: int = 5, level: str = "sd
         sample_stats=xr.Dataset({"diverging": (("chain", "draw"), np.zeros((2, draws), bool))})
     )
     add_collapsed(idata, model, seed)
-    config = {"level": level, "structure": design.structure, "priors": stored_priors(None)}
+    config = {"level": level, "structure": design.structure, "priors": stored_priors(SAMPLED)}
     config["sampler_config"] = {"seed": seed}
     fit = NextFit(idata, design, excluded=table.excluded, config=config, model=model)
     fit._attach_groups()

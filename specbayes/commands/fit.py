@@ -105,11 +105,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--integrate-sweeps",
         action="store_true",
-        help="each sweep's costs integrated out of the sampled density instead of sampled "
-        "(the law to first order over a sweep's ~1%% spread; docs/model.md §7): two sampled "
-        "axes fewer per sweep — on the paper's dense verifiers healthy in 5 minutes where "
-        "the sampled form was not in 40 (benchmarks/fit_speed.md). Not with --metrics, "
-        "--knee, --curvature or --model moe",
+        help="each sweep's costs integrated out of the sampled density (the law to first "
+        "order over a sweep's ~1%% spread; docs/model.md §7) — the default wherever it "
+        "applies; this flag asks for it and fails where it does not: with --metrics, "
+        "--knee, --curvature, --model moe or the anchored structure",
+    )
+    p.add_argument(
+        "--sample-sweeps",
+        action="store_true",
+        help="each sweep's costs sampled, two axes per sweep, instead of integrated out "
+        "(on the paper's dense verifiers unhealthy in 40 minutes where the integrated form "
+        "is healthy in 3; benchmarks/fit_speed.md)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -286,7 +292,8 @@ def check_level(table, model: str, source) -> None:
 
 def check_flags(args: argparse.Namespace) -> None:
     """``--curvature`` agrees with ``--model``, ``--tail-excess`` has its ``--metrics``,
-    ``--integrate-sweeps`` comes alone (one line, before any reading)."""
+    ``--integrate-sweeps`` comes alone, not with ``--sample-sweeps`` (one line, before any
+    reading)."""
     if getattr(args, "curvature", False) and args.model == "moe":
         raise ValueError(
             "--curvature: the moe level bends with the expert coverage, not a batch "
@@ -300,6 +307,8 @@ def check_flags(args: argparse.Namespace) -> None:
             ("--curvature", getattr(args, "curvature", 0)), ("--model moe", args.model == "moe"),
         ) if on
     ]  # fmt: skip
+    if getattr(args, "integrate_sweeps", False) and getattr(args, "sample_sweeps", False):
+        raise ValueError("--integrate-sweeps and --sample-sweeps: give one")
     if getattr(args, "integrate_sweeps", False) and clash:
         raise ValueError(
             f"--integrate-sweeps: a sweep's costs are two numbers there, so it does not take "
@@ -352,8 +361,8 @@ def excluded_line(excluded, path: Path) -> str:
 
 
 def flag_priors(args: argparse.Namespace) -> dict | None:
-    """The prior overrides ``--curvature``, ``--knee``, ``--tail-excess`` or
-    ``--integrate-sweeps`` ask for (``None``: the defaults)."""
+    """The prior overrides ``--curvature``, ``--knee``, ``--tail-excess``,
+    ``--integrate-sweeps`` or ``--sample-sweeps`` ask for (``None``: the defaults)."""
     from specbayes.model.priors import KNEE, KNEE_PRIOR, TAIL_EXCESS
 
     priors = {}
@@ -367,6 +376,8 @@ def flag_priors(args: argparse.Namespace) -> dict | None:
         priors["knee"] = {part: dict(v) for part, v in KNEE.items()}
     if getattr(args, "integrate_sweeps", False):
         priors["sweeps"] = "marginal"
+    if getattr(args, "sample_sweeps", False):
+        priors["sweeps"] = "sampled"
     return priors or None
 
 

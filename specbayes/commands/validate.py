@@ -54,6 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="every fit with the sweeps integrated out (`specbayes fit --integrate-sweeps`)",
     )
     p.add_argument(
+        "--sample-sweeps",
+        action="store_true",
+        help="every fit with the sweeps sampled (`specbayes fit --sample-sweeps`)",
+    )
+    p.add_argument(
         "--tail-excess",
         action="store_true",
         help="every fit's --metrics with the tail excess of `specbayes fit --tail-excess`",

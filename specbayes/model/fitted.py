@@ -121,7 +121,8 @@ def fit_next(
     config = {
         "level": level,
         "structure": design.structure,
-        "priors": stored_priors(priors),
+        # the form the sweeps took (the default chooses it), so a saved fit rebuilds it
+        "priors": {**stored_priors(priors), "sweeps": sweeps_form(model)},
         "metrics": list(metrics),
         "sampler_config": {**SAMPLER_CONFIG, "sampler": "nutpie", **options, "seed": seed},
         "build_s": t1 - t0,
@@ -586,7 +587,7 @@ class NextFit(CoefficientDraws):
             "model": self.model_name,
             "model_id": MODEL_ID,
             "structure": self.design.structure,
-            "sweeps": merge_priors(self.config.get("priors"))["sweeps"],
+            "sweeps": sweeps_form(self.model),
             "rows": len(self.data),
             "excluded": len(self.excluded),
             "divergences": h["divergences"],
@@ -681,8 +682,10 @@ class NextFit(CoefficientDraws):
             chain = post.isel(chain=[c])
             log_w = posterior_log_row_scale(chain, d.obs_sweep, d.log_count)[0]
             sigma = chain["sigma"].values[0, :, None] * np.exp(log_w)
-            ll[c] = log_density(d.log_latency, mu[c], sigma)
-            pp[c] = mu[c] + sigma * rng.standard_normal(mu[c].shape)
+            finite = np.isfinite(mu[c])  # a draw past a row's wall: -inf, as log_likelihood
+            with np.errstate(all="ignore"):
+                ll[c] = np.where(finite, log_density(d.log_latency, mu[c], sigma), -np.inf)
+                pp[c] = mu[c] + sigma * rng.standard_normal(mu[c].shape)
         return ll, pp
 
     def _stamp_config(self) -> None:
@@ -748,6 +751,11 @@ def load_next(idata, path: Path) -> NextFit:
     table = SweepTable(data, excluded)
     design = build_design(table, config["level"], config["structure"])
     return NextFit(idata, design, excluded=excluded, config=config)
+
+
+def sweeps_form(model) -> str:
+    """``"marginal"`` where ``model`` integrates its sweeps' costs out, else ``"sampled"``."""
+    return "marginal" if "lin_c0" in model.named_vars else "sampled"
 
 
 def stored_priors(priors: dict | None) -> dict:

@@ -110,7 +110,7 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         log_count = pm.Data("log_count", design.log_count, dims="obs")
 
         # per-sweep costs (the identified axes) and the coefficients behind them
-        marginal.check(design, pr, metrics)
+        pr = {**pr, "sweeps": marginal.form(design, pr, metrics)}
         if design.structure == "anchored":
             log_c1, log_c2, split = anchored_costs(design, pr)
         else:

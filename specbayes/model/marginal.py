@@ -58,7 +58,7 @@ from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_defa
 from specbayes.model.likelihood import log_mean_latency, log_row_scale
 
 __all__ = [
-    "Linearisation", "SweepSums", "add_draws", "check", "conditional_mean", "draw_sweeps",
+    "Linearisation", "SweepSums", "add_draws", "conditional_mean", "draw_sweeps", "form",
     "linearise", "marginal_likelihood", "marginal_logp", "register_jax", "relinearise",
     "sweep_point",
 ]  # fmt: skip
@@ -302,16 +302,18 @@ def marginal_random(m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_coun
         return mu + np.sqrt(np.asarray(sigma2))[..., None] * np.exp(log_w) * eps
 
 
-def check(design, pr: dict, metrics: tuple) -> None:
-    """With ``pr["sweeps"] == "marginal"``, refuse what the integrated sweeps cannot carry: a
-    sweep's costs are two numbers here, so the law must be the paper's alone (no curvature,
-    knee or expert reads), the per-point metrics (which read each sweep's costs) wait for
-    the draws, and the anchored structure (one dense and at most one SD sweep per workload)
-    samples its sweeps' costs as its coefficients."""
-    if pr["sweeps"] == "sampled":
-        return
-    if pr["sweeps"] != "marginal":
-        raise ValueError(f"priors['sweeps'] is 'sampled' or 'marginal', got {pr['sweeps']!r}")
+def form(design, pr: dict, metrics: tuple) -> str:
+    """How the fit carries its sweeps' costs: ``"marginal"`` (integrated out) or
+    ``"sampled"``. ``pr["sweeps"]`` ``None`` (the default): integrated out wherever the model
+    can carry it — the pooled structure with the law alone (no curvature, knee or expert
+    reads) and no per-point metrics (which read each sweep's costs) — and sampled elsewhere
+    (the anchored structure samples its sweeps' costs as its coefficients). ``"marginal"``
+    asks for it and refuses (one line) where it cannot; ``"sampled"`` samples them."""
+    asked = pr["sweeps"]
+    if asked not in (None, "sampled", "marginal"):
+        raise ValueError(f"priors['sweeps'] is 'sampled', 'marginal' or None, got {asked!r}")
+    if asked == "sampled":
+        return "sampled"
     bent = [k for k in ("inverse_knee", "knee") if pr[k] is not None]
     why = (
         "the anchored structure (its sweeps' costs are its coefficients)"
@@ -321,11 +323,12 @@ def check(design, pr: dict, metrics: tuple) -> None:
         else "--metrics" if metrics
         else None
     )  # fmt: skip
-    if why:
+    if why and asked == "marginal":
         raise ValueError(
             f"the sweeps integrated out (--integrate-sweeps, priors['sweeps'] = 'marginal') "
-            f"do not take {why}: sample them (the default)"
+            f"do not take {why}: sample them (--sample-sweeps)"
         )
+    return "sampled" if why else "marginal"
 
 
 def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin: Linearisation,

@@ -152,13 +152,17 @@ Pooled structure (coefficients shared across sweeps)
         at its fixed jitter a sweep's rows pin its C2 less tightly than the decomposition
         does.
     ``sweeps``
-        ``"sampled"`` (default): each sweep's log C1 and log C2 are sampled axes (as
-        ``centred_sweeps`` says). ``"marginal"``: they are integrated out of the sampled
-        density, the law taken to first order over each sweep's ~1 % conditional spread, and
-        drawn from their conditional after sampling (:mod:`specbayes.model.marginal`; the
-        noise scale and the C1 deviations' scale are then sampled). Two axes fewer per sweep:
-        369 sampled axes on the paper set's dense verifiers instead of ~13,500. The law alone
-        (no curvature, knee or expert reads) and no per-point metrics.
+        ``None`` (default): each sweep's log C1 and log C2 integrated out of the sampled
+        density wherever the model can carry it, sampled elsewhere
+        (:func:`specbayes.model.marginal.form`). Integrated out (``"marginal"``, which asks
+        for it and refuses where it cannot): the law taken to first order over each sweep's
+        ~1 % conditional spread, the costs drawn from their conditional after sampling
+        (:mod:`specbayes.model.marginal`; the noise scale and the C1 deviations' scale are
+        then sampled) — two axes fewer per sweep, 369 sampled axes on the paper set's dense
+        verifiers instead of ~13,500, sampled whitened at the mode
+        (:mod:`specbayes.model.whitening`). It needs the pooled structure, the law alone (no
+        curvature, knee or expert reads) and no per-point metrics. ``"sampled"``: two
+        sampled axes per sweep (as ``centred_sweeps`` says).
 
 Both
     ``inverse_knee``
@@ -346,9 +350,10 @@ DEFAULT_PRIORS: dict[str, dict] = {
     # parametrisation (a transform of the same model, not a different one)
     "centred_cells": True,
     "centred_sweeps": {"C1": True, "C2": False},
-    # "marginal": the pooled sweeps' costs integrated out of the sampled density
-    # (model/marginal.py), drawn after sampling; "sampled": two sampled axes per sweep
-    "sweeps": "sampled",
+    # None: the pooled sweeps' costs integrated out of the sampled density where the model
+    # can carry it (model/marginal.py), drawn after sampling; sampled elsewhere.
+    # "marginal": integrated out or an error; "sampled": two sampled axes per sweep
+    "sweeps": None,
     # coefficients with a per-cell deviation (the others follow their group and trend)
     "cell_coefs": ("c2v",),
 }
