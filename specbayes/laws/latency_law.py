@@ -113,8 +113,13 @@ def _open_headroom(
     (:func:`log_headroom`)."""
     free = 1.0 - rps * c2
     safe_free = xp.where(free > 0, free, 1.0)  # keeps the unused branch (and its gradient) finite
-    if not _is_numpy(xp) and _zero_constant(c3):  # no curvature: no quadratic in the graph
-        return safe_free, free > 0
+    if _zero_constant(c3):  # no curvature: h = 1 - λ C2, no quadratic
+        if not _is_numpy(xp):
+            return safe_free, free > 0
+        # as the quadratic's root: infeasible where C1 is not finite (its rho is NaN there);
+        # the quadratic's five passes took a third of the integrated fit's draws of mu
+        feasible = (free > 0) & np.isfinite(c1)
+        return np.broadcast_to(safe_free, feasible.shape), feasible
     rho = 1.0 - 4.0 * rps * rps * c1 * c3 / (safe_free * safe_free)
     if softness > 0:
         feasible = free > 0

@@ -67,7 +67,7 @@ __all__ = [
 _STEP = 1e-5
 
 #: Posterior draws whose rows' expected latencies are computed at once (:func:`draw_sweeps`).
-_BLOCK = 50
+_BLOCK = 8
 
 
 @dataclass(frozen=True)
