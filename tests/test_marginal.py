@@ -212,6 +212,21 @@ def test_the_marginal_model_refuses_what_it_cannot_carry(demo_subset, priors, me
     assert M.form(design, {**plain, "sweeps": "sampled"}, ()) == "sampled"
 
 
+def test_an_unknown_alpha_samples_the_sweeps_by_default():
+    """With alpha latent the default samples the sweeps (the integrated form diverged on the
+    two-drafter set); asked for, it is integrated out."""
+    from specbayes.model.simulate import simulate_sweeps
+
+    df, _ = simulate_sweeps(
+        drafters=(("EAGLE3-8B", 0.25e9), ("Draft-1B", 1e9)), unknown_alpha=True, seed=2
+    )
+    design = build_design(validate_sweeps(df, allow_unknown_alpha=True))
+    assert np.any(design.extra["sweep_latent"] >= 0)
+    pr = {"inverse_knee": None, "knee": None}
+    assert M.form(design, {**pr, "sweeps": None}, ()) == "sampled"
+    assert M.form(design, {**pr, "sweeps": "marginal"}, ()) == "marginal"
+
+
 def test_the_anchored_structure_refuses_to_integrate_its_sweeps():
     """One dense and at most one SD sweep per workload: there the sweeps' costs are the
     coefficients, so the flag is refused, not ignored; the default samples them."""

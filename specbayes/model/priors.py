@@ -161,8 +161,8 @@ Pooled structure (coefficients shared across sweeps)
         then sampled) — two axes fewer per sweep, 369 sampled axes on the paper set's dense
         verifiers instead of ~13,500, sampled whitened at the mode
         (:mod:`specbayes.model.whitening`). It needs the pooled structure, the law alone (no
-        curvature, knee or expert reads) and no per-point metrics. ``"sampled"``: two
-        sampled axes per sweep (as ``centred_sweeps`` says).
+        curvature, knee or expert reads) and no per-point metrics; by default also a known
+        alpha. ``"sampled"``: two sampled axes per sweep (as ``centred_sweeps`` says).
 
 Both
     ``inverse_knee``
