@@ -3,6 +3,8 @@ the same density, a constant Jacobian apart, in which a Gaussian posterior is st
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import nutpie
 import pymc as pm
@@ -11,6 +13,7 @@ import pytest
 from specbayes.model import sampling
 from specbayes.model.whitening import EIGEN_FLOOR, factor, hessian, whitened
 
+REPO = Path(__file__).resolve().parents[1]
 COV = np.array([[1.0, 0.8, 0.0], [0.8, 1.0, -0.1], [0.0, -0.1, 0.04]])
 MEAN = np.array([1.0, -2.0, 0.5])
 
@@ -72,3 +75,25 @@ def test_whitened_draws_are_the_models_variables_with_its_moments(gaussian):
     np.testing.assert_allclose(np.cov(x.T), COV, atol=0.15)
     assert float(post["scale"].min()) > 0  # the constrained value, not the log
     assert int(trace.sample_stats.diverging.sum()) == 0
+
+
+@pytest.mark.slow
+def test_without_a_finite_curvature_the_fit_samples_unwhitened(monkeypatch):
+    """compile_model on an integrated model whose Hessian fails: the plain compiled model."""
+    import pandas as pd
+
+    from specbayes.data import validate_sweeps
+    from specbayes.model import build_design, build_model, whitening
+    from specbayes.model.sampling import initial_points
+
+    def fails(*args, **kwargs):
+        raise whitening.WhiteningError("no finite curvature")
+
+    df = pd.read_parquet(REPO / "data/demo.parquet")
+    df = df[(df["verifier"] == "Llama-3.1-8B") & df["cell"].isin(["256x256", "1024x1024"])]
+    model = build_model(build_design(validate_sweeps(df.reset_index(drop=True))))
+    assert "lin_c0" in model.named_vars
+    monkeypatch.setattr(whitening, "whitened", fails)
+    compiled = sampling.compile_model(model)
+    assert hasattr(compiled, "initial_point_func")  # nutpie's compiled PyMC model
+    assert np.isfinite(sampling.compiled_density(compiled)(initial_points(compiled)(1))[0])

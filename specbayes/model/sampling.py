@@ -123,17 +123,21 @@ def compile_model(model: pm.Model):
     centre, search = optimised_start(compiled_density(compiled), compiled.initial_point_func(0))
     if "lin_c0" in model.named_vars:  # the sweeps integrated out: linearised where they sit
         from specbayes.model.marginal import RELINEARISE_ROUNDS, relinearise
-        from specbayes.model.whitening import whitened
+        from specbayes.model.whitening import WhiteningError, whitened
 
         for _ in range(RELINEARISE_ROUNDS):
             compiled = relinearise(model, compiled, compiled_point(compiled, centre))
             centre, search = optimised_start(compiled_density(compiled), centre)
         # few axes (the hierarchy's): sampled whitened at the mode, each chain started about
         # a posterior sd from it along every principal axis
-        white = whitened(compiled, centre)
-        white._make_initial_points.seconds = time.perf_counter() - t0
-        white._make_initial_points.search = search
-        return white
+        try:
+            white = whitened(compiled, centre)
+        except WhiteningError:  # no finite curvature at the start: sampled as it is
+            white = None
+        if white is not None:
+            white._make_initial_points.seconds = time.perf_counter() - t0
+            white._make_initial_points.search = search
+            return white
     seconds = time.perf_counter() - t0
     jitter = KNEE_START_JITTER if "knee_at" in model.named_vars else START_JITTER
 
@@ -358,8 +362,9 @@ def initial_points(compiled):
 
 def with_initial_points(compiled, starts):
     """``compiled`` with the chains' starts given by ``starts(seed)``."""
-    field = "initial_point_func" if hasattr(compiled, "initial_point_func") else None
-    return dataclasses.replace(compiled, **{field or "_make_initial_points": starts})
+    plain = hasattr(compiled, "initial_point_func")
+    field = "initial_point_func" if plain else "_make_initial_points"
+    return dataclasses.replace(compiled, **{field: starts})
 
 
 def choose_starts(logp: np.ndarray, position: np.ndarray) -> tuple[list[np.ndarray], int]:
