@@ -50,6 +50,7 @@ from specbayes.model.likelihood import (
     log_row_scale,
     posterior_log_row_scale,
 )
+from specbayes.model.marginal import integrated
 from specbayes.model.metrics import (
     check_metrics,
     excess_scale,
@@ -763,7 +764,7 @@ _BLOCK = 8
 
 def sweeps_form(model) -> str:
     """``"marginal"`` where ``model`` integrates its sweeps' costs out, else ``"sampled"``."""
-    return "marginal" if "lin_c0" in model.named_vars else "sampled"
+    return "marginal" if integrated(model) else "sampled"
 
 
 def stored_priors(priors: dict | None) -> dict:

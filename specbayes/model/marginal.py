@@ -59,8 +59,8 @@ from specbayes.model.likelihood import log_mean_latency, log_row_scale
 
 __all__ = [
     "Linearisation", "SweepSums", "add_draws", "conditional_mean", "draw_sweeps", "form",
-    "linearise", "marginal_likelihood", "marginal_logp", "register_jax", "relinearise",
-    "sweep_point",
+    "integrated", "linearise", "marginal_likelihood", "marginal_logp", "register_jax",
+    "relinearise", "sweep_point",
 ]  # fmt: skip
 
 #: Finite-difference step (natural log of a cost) for the law's Jacobian.
@@ -335,6 +335,12 @@ def form(design, pr: dict, metrics: tuple) -> str:
             f"do not take {why}: sample them (--sample-sweeps)"
         )
     return "sampled" if why else "marginal"
+
+
+def integrated(model: pm.Model) -> bool:
+    """Whether ``model`` has its sweeps' costs integrated out (:func:`marginal_likelihood`'s
+    linearisation is in its data)."""
+    return "lin_c0" in model.named_vars
 
 
 def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin: Linearisation,

@@ -25,6 +25,8 @@ import numpy as np
 import pymc as pm
 from scipy.optimize import minimize
 
+from specbayes.model.marginal import integrated
+
 #: Half-width of the uniform jitter added to the optimised start on every sampled
 #: (unconstrained) axis to start each chain (:func:`compile_model`); PyMC's default is 1.
 START_JITTER = 0.1
@@ -121,7 +123,7 @@ def compile_model(model: pm.Model):
     compiled = nutpie.compile_pymc_model(model, jitter_rvs=set())
     t0 = time.perf_counter()
     centre, search = optimised_start(compiled_density(compiled), compiled.initial_point_func(0))
-    if "lin_c0" in model.named_vars:  # the sweeps integrated out: linearised where they sit
+    if integrated(model):  # the sweeps integrated out: linearised where they sit
         from specbayes.model.marginal import RELINEARISE_ROUNDS, relinearise
         from specbayes.model.whitening import WhiteningError, whitened
 
@@ -133,10 +135,10 @@ def compile_model(model: pm.Model):
         try:
             white = whitened(compiled, centre)
         except WhiteningError:  # no finite curvature at the start: sampled as it is
-            white = None
-        if white is not None:
-            white._make_initial_points.seconds = time.perf_counter() - t0
-            white._make_initial_points.search = search
+            pass
+        else:
+            initial_points(white).seconds = time.perf_counter() - t0
+            initial_points(white).search = search
             return white
     seconds = time.perf_counter() - t0
     jitter = KNEE_START_JITTER if "knee_at" in model.named_vars else START_JITTER
@@ -447,7 +449,7 @@ def add_collapsed(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     jitter."""
     from specbayes.model.likelihood import draw_sigma, posterior_log_row_scale
 
-    if "lin_c0" in model.named_vars:  # the sweeps integrated out: drawn now, scales sampled
+    if integrated(model):  # the sweeps integrated out: drawn now, scales sampled
         from specbayes.model.marginal import add_draws
 
         return add_draws(idata, model, seed)
