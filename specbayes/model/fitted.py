@@ -27,7 +27,6 @@ draw, so saturation of new loads is a probability over draws.
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ from specbayes.model.design import Design, build_design, configuration_key, log_
 from specbayes.model.experts import expert_reads
 from specbayes.model.graph import build_model
 from specbayes.model.likelihood import (
+    draw_blocks,
     log_density,
     log_mean_latency,
     log_row_scale,
@@ -681,9 +681,8 @@ class NextFit(CoefficientDraws):
         d, post = self.design, self.idata.posterior
         mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
         ll, pp = np.empty_like(mu), np.empty_like(mu)
-        for c, start in itertools.product(range(mu.shape[0]), range(0, mu.shape[1], _BLOCK)):
-            at = (c, slice(start, start + _BLOCK))
-            block = post.isel(chain=[c], draw=at[1])
+        for at in draw_blocks(*mu.shape[:2]):
+            block = post.isel(chain=[at[0]], draw=at[1])
             log_w = posterior_log_row_scale(block, d.obs_sweep, d.log_count)[0]
             sigma = block["sigma"].values[0, :, None] * np.exp(log_w)
             finite = np.isfinite(mu[at])  # a draw past a row's wall: -inf, as log_likelihood
@@ -755,11 +754,6 @@ def load_next(idata, path: Path) -> NextFit:
     table = SweepTable(data, excluded)
     design = build_design(table, config["level"], config["structure"])
     return NextFit(idata, design, excluded=excluded, config=config)
-
-
-#: Posterior draws a stored group is computed for at once (:meth:`NextFit._row_groups`): a few
-#: MB of temporaries, reused, where fresh arrays of every draw's rows are slow to first touch.
-_BLOCK = 8
 
 
 def sweeps_form(model) -> str:

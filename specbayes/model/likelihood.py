@@ -165,3 +165,17 @@ def draw_sigma(
     r"""Exact posterior draws of :math:`\sigma` given each draw of ``mu``, ``log_w`` (..., obs)."""
     ss = np.sum(((y - mu) * np.exp(-log_w)) ** 2, axis=-1)
     return np.sqrt((b + 0.5 * ss) / rng.gamma(a + 0.5 * y.shape[-1], size=ss.shape))
+
+
+#: Posterior draws a per-row computation over every draw takes at once (:func:`draw_blocks`).
+DRAW_BLOCK = 8
+
+
+def draw_blocks(chains: int, draws: int):
+    """``(chain, slice of draws)`` covering a (chain, draw, row) array a few draws at a time:
+    a block's temporaries are a few MB, reused, where fresh arrays of every draw's rows are
+    slow to first touch (1.1 s per 1.9 GB on the project's machine, the paper's dense
+    verifiers' 4,000 draws × 59,040 rows; ``benchmarks/fit_speed.md``)."""
+    for chain in range(chains):
+        for start in range(0, draws, DRAW_BLOCK):
+            yield chain, slice(start, start + DRAW_BLOCK)

@@ -41,7 +41,6 @@ integrated out: the rows' covariance is not a multiple of :math:`\sigma^2`.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -55,7 +54,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_default_op_cache_key
 
-from specbayes.model.likelihood import log_mean_latency, log_row_scale
+from specbayes.model.likelihood import draw_blocks, log_mean_latency, log_row_scale
 
 __all__ = [
     "Linearisation", "SweepSums", "add_draws", "conditional_mean", "draw_sweeps", "form",
@@ -65,9 +64,6 @@ __all__ = [
 
 #: Finite-difference step (natural log of a cost) for the law's Jacobian.
 _STEP = 1e-5
-
-#: Posterior draws whose rows' expected latencies are computed at once (:func:`draw_sweeps`).
-_BLOCK = 8
 
 
 @dataclass(frozen=True)
@@ -395,12 +391,10 @@ def draw_sweeps(rows, post, lin: Linearisation, rng) -> dict[str, np.ndarray]:
     mu = np.empty((*costs.shape[:2], s.size))
     # a block of draws at a time: the law's temporaries over every (draw, row) at once took
     # 21 GB and a minute on the paper's dense verifiers (59,040 rows, 4,000 draws)
-    for c, start in itertools.product(range(costs.shape[0]), range(0, costs.shape[1], _BLOCK)):
-        block = costs[c, start : start + _BLOCK]
+    for at in draw_blocks(*costs.shape[:2]):
+        block = costs[at]
         with np.errstate(all="ignore"):
-            mu[c, start : start + _BLOCK] = log_mean_latency(
-                block[:, s, 0], block[:, s, 1], rows.load, rows.obs_closed
-            )
+            mu[at] = log_mean_latency(block[:, s, 0], block[:, s, 1], rows.load, rows.obs_closed)
     # contiguous: the stored groups gather log_c1 per row (12.8 s from a strided view)
     return {"log_c1": np.ascontiguousarray(costs[..., 0]),
             "log_c2": np.ascontiguousarray(costs[..., 1]), "mu": mu}  # fmt: skip
