@@ -48,7 +48,6 @@ from specbayes.model.likelihood import (
     log_density,
     log_mean_latency,
     log_row_scale,
-    posterior_log_row_scale,
 )
 from specbayes.model.marginal import integrated
 from specbayes.model.metrics import (
@@ -675,20 +674,25 @@ class NextFit(CoefficientDraws):
 
     def _row_groups(self, rng) -> tuple[np.ndarray, np.ndarray]:
         """The fitted rows' pointwise log-likelihood and a predictive draw (chain, draw,
-        obs) at the graph's ``mu``, a few draws at a time: over every draw at once the
-        temporaries took 13 GB and 24 s on the paper's dense verifiers (59,040 rows, 4,000
-        draws), most of it the first touch of each fresh array's pages."""
+        obs) at the graph's ``mu``, a few draws at a time (:func:`draw_blocks`): over every
+        draw at once the temporaries took 13 GB and 24 s on the paper's dense verifiers
+        (59,040 rows, 4,000 draws)."""
         d, post = self.design, self.idata.posterior
         mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
+        # the noise grows with the utilisation at noise_mu where the graph has one
+        # (likelihood.posterior_log_row_scale)
+        at_mu = post["noise_mu"].values if "noise_mu" in post else mu
+        log_c1, growth = post["log_c1"].values, post["noise_growth"].values
+        sigma = post["sigma"].values
         ll, pp = np.empty_like(mu), np.empty_like(mu)
-        for at in draw_blocks(*mu.shape[:2]):
-            block = post.isel(chain=[at[0]], draw=at[1])
-            log_w = posterior_log_row_scale(block, d.obs_sweep, d.log_count)[0]
-            sigma = block["sigma"].values[0, :, None] * np.exp(log_w)
+        for at in draw_blocks(*mu.shape):
+            log_w = log_row_scale(at_mu[at], log_c1[at][..., d.obs_sweep], growth[at][..., None],
+                                  d.log_count)  # fmt: skip
+            scale = sigma[at][:, None] * np.exp(log_w)
             finite = np.isfinite(mu[at])  # a draw past a row's wall: -inf, as log_likelihood
             with np.errstate(all="ignore"):
-                ll[at] = np.where(finite, log_density(d.log_latency, mu[at], sigma), -np.inf)
-                pp[at] = mu[at] + sigma * rng.standard_normal(sigma.shape)
+                ll[at] = np.where(finite, log_density(d.log_latency, mu[at], scale), -np.inf)
+                pp[at] = mu[at] + scale * rng.standard_normal(scale.shape)
         return ll, pp
 
     def _stamp_config(self) -> None:

@@ -39,7 +39,7 @@ from specbayes import laws
 from specbayes.model import marginal
 from specbayes.model.design import Design
 from specbayes.model.experts import expert_costs
-from specbayes.model.hierarchy import log_coefficients, trend_covariates
+from specbayes.model.hierarchy import log_coefficients, take_rows, trend_covariates
 from specbayes.model.levels import (
     below_wall,
     c1_deviations,
@@ -457,7 +457,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
                     cell_sd[cols["verifier"]]),
         dims=("unit", "coef_v"),
     )  # fmt: skip
-    c_v = pt.exp(log_cv)[design.sweep_unit]
+    c_v = take_rows(pt.exp(log_cv), design.sweep_unit, len(design.coords["coef_v"]))
     c_d = pt.zeros((len(design.k), 2))
     if design.coords["draft_unit"] and design.level != "dense":
         mu_d = _drafter_levels(design, pr, mu_v, *prior["drafter"])
@@ -469,7 +469,8 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
             dims=("draft_unit", "coef_d"),
         )  # fmt: skip
         # dense sweeps take any draft unit's values: k = 0 multiplies them by nothing
-        c_d = pt.exp(log_cd)[np.maximum(design.sweep_draft, 0)]
+        c_d = take_rows(pt.exp(log_cd), np.maximum(design.sweep_draft, 0),
+                      len(design.coords["coef_d"]))  # fmt: skip
     passes = laws.verifier_passes(design.decode, _sweep_alpha(design, pr), design.k)
     c1_eff, c2_eff = laws.effective_costs(
         c_v[:, 0], c_v[:, 1], c_d[:, 0], c_v[:, 2], c_v[:, 3], c_d[:, 1],

@@ -49,7 +49,24 @@ def log_coefficients(
     -------
     (..., n_unit, n_coef) array or tensor
     """
-    return mu.take(group, axis=-2) + affine_trend(_row(share), trend) + _row(cell_sd) * z
+    return (
+        take_rows(mu, group, np.shape(trend)[-1])
+        + affine_trend(_row(share), trend)
+        + _row(cell_sd) * z
+    )
+
+
+def take_rows(x: Any, index: np.ndarray, width: int | None = None) -> Any:
+    """``x``'s rows ``index`` (second-last axis). Of a matrix tensor with ``width`` columns,
+    as one gather from its flat values: PyTensor's numba backend gathers and scatters (the
+    gradient) a matrix's rows several times slower than a vector's elements (0.16 ms for
+    6,560 rows of 4 against 0.014 ms; ``benchmarks/fit_speed.md``)."""
+    if isinstance(x, np.ndarray):
+        return x.take(index, axis=-2)
+    if width is None or x.ndim != 2:
+        return x[..., index, :]
+    flat = (np.asarray(index)[:, None] * width + np.arange(width)).ravel()
+    return x.reshape((-1,))[flat].reshape((len(index), width))
 
 
 def affine_trend(share: Any, trend: np.ndarray) -> Any:

@@ -167,15 +167,18 @@ def draw_sigma(
     return np.sqrt((b + 0.5 * ss) / rng.gamma(a + 0.5 * y.shape[-1], size=ss.shape))
 
 
-#: Posterior draws a per-row computation over every draw takes at once (:func:`draw_blocks`).
-DRAW_BLOCK = 8
+#: Values per row (or sweep) a per-draw computation takes at once (:func:`draw_blocks`): 512 kB
+#: of float64 per temporary, which the cache holds and the allocator reuses.
+BLOCK_VALUES = 65_536
 
 
-def draw_blocks(chains: int, draws: int):
-    """``(chain, slice of draws)`` covering a (chain, draw, row) array a few draws at a time:
-    a block's temporaries are a few MB, reused, where fresh arrays of every draw's rows are
-    slow to first touch (1.1 s per 1.9 GB on the project's machine, the paper's dense
-    verifiers' 4,000 draws × 59,040 rows; ``benchmarks/fit_speed.md``)."""
+def draw_blocks(chains: int, draws: int, width: int):
+    """``(chain, slice of draws)`` covering a (chain, draw, ``width``) array a few draws at a
+    time (at least one; :data:`BLOCK_VALUES` values a block): fresh arrays of every draw's rows
+    are slow to first touch, and temporaries larger than the cache slow every pass over them —
+    on the paper's dense verifiers (4,000 draws × 59,040 rows) the stored groups took 15.3 s
+    in blocks of 8 draws, 6.8 s a draw at a time (``benchmarks/fit_speed.md``)."""
+    block = max(1, BLOCK_VALUES // max(1, width))
     for chain in range(chains):
-        for start in range(0, draws, DRAW_BLOCK):
-            yield chain, slice(start, start + DRAW_BLOCK)
+        for start in range(0, draws, block):
+            yield chain, slice(start, start + block)

@@ -378,59 +378,56 @@ def draw_sweeps(rows, post, lin: Linearisation, rng) -> dict[str, np.ndarray]:
     ``log_c2`` (chain, draw, sweep) and ``mu`` (chain, draw, obs). ``rows`` has the design's
     row arrays, ``post`` the posterior's ``log_c1_eff``, ``log_c2_eff``, ``tau``,
     ``noise_var`` and ``noise_growth``."""
-    costs = np.empty((*post["log_c1_eff"].shape, 2))
-    for c, (mean, q11, q12, q22) in enumerate(_moments(rows, post, lin)):
+    shape, s = post["log_c1_eff"].shape, rows.obs_sweep
+    log_c1, log_c2, mu = np.empty(shape), np.empty(shape), np.empty((*shape[:2], s.size))
+    # a block of draws at a time (likelihood.draw_blocks): over a chain's draws at once the
+    # (draw, sweep) temporaries alone took 13 s on the paper's dense verifiers, the law's over
+    # every (draw, row) 21 GB and a minute
+    for at, mean, q11, q12, q22 in _moments(rows, post, lin):
         # plus L^-T z ~ N(0, Q^-1), Q = L L^T
         l11 = np.sqrt(q11)
         l21 = q12 / l11
         l22 = np.sqrt(q22 - l21**2)
         z1, z2 = rng.standard_normal((2, *q11.shape))
         x2 = z2 / l22
-        costs[c] = mean + np.stack([(z1 - l21 * x2) / l11, x2], axis=-1)
-    s = rows.obs_sweep
-    mu = np.empty((*costs.shape[:2], s.size))
-    # a block of draws at a time: the law's temporaries over every (draw, row) at once took
-    # 21 GB and a minute on the paper's dense verifiers (59,040 rows, 4,000 draws)
-    for at in draw_blocks(*costs.shape[:2]):
-        block = costs[at]
+        log_c1[at], log_c2[at] = mean[..., 0] + (z1 - l21 * x2) / l11, mean[..., 1] + x2
         with np.errstate(all="ignore"):
-            mu[at] = log_mean_latency(block[:, s, 0], block[:, s, 1], rows.load, rows.obs_closed)
-    # contiguous: the stored groups gather log_c1 per row (12.8 s from a strided view)
-    return {"log_c1": np.ascontiguousarray(costs[..., 0]),
-            "log_c2": np.ascontiguousarray(costs[..., 1]), "mu": mu}  # fmt: skip
+            mu[at] = log_mean_latency(log_c1[at][:, s], log_c2[at][:, s], rows.load,
+                                      rows.obs_closed)  # fmt: skip
+    return {"log_c1": log_c1, "log_c2": log_c2, "mu": mu}
 
 
 def conditional_mean(rows, post, lin: Linearisation) -> np.ndarray:
     """Each sweep's conditional mean :math:`m_s + Q_s^{-1} b` (chain, draw, sweep, 2) given
     each posterior draw (the arguments of :func:`draw_sweeps`)."""
-    return np.stack([mean for mean, *_ in _moments(rows, post, lin)])
+    out = np.empty((*post["log_c1_eff"].shape, 2))
+    for at, mean, *_ in _moments(rows, post, lin):
+        out[at] = mean
+    return out
 
 
 def _moments(rows, post, lin: Linearisation):
-    """Per chain: the sweeps' conditional mean (draw, sweep, 2) and precision
-    :math:`Q` (its three entries, each (draw, sweep))."""
+    """Per block of draws (:func:`~specbayes.model.likelihood.draw_blocks`): where it is
+    (chain, draws), the sweeps' conditional mean (draw, sweep, 2) and precision :math:`Q`
+    (its three entries, each (draw, sweep))."""
     m1, m2 = post["log_c1_eff"].values, post["log_c2_eff"].values
-    tau = post["tau"].values
+    tau, gamma = post["tau"].values, post["noise_growth"].values
     sigma2 = post["noise_var"].values[..., None]
-    for c in range(m1.shape[0]):  # one chain at a time: the row weights are (obs, draw)
-        sums = _sums_over_draws(rows, lin, post["noise_growth"].values[c])
-        d1, d2 = m1[c] - lin.c0[:, 0], m2[c] - lin.c0[:, 1]
+    args = (rows.log_latency, lin.mu0, lin.jac, lin.ell, rows.log_count, rows.obs_sweep)
+    args = tuple(np.ascontiguousarray(a) for a in args)
+    # blocks as wide as the rows: draw_sweeps evaluates the law on each block's rows
+    for at in draw_blocks(*m1.shape[:2], rows.obs_sweep.size):
+        sums = np.stack([_weighted_sums(float(g), *args, len(lin.c0))[0] for g in gamma[at]])
+        d1, d2 = m1[at] - lin.c0[:, 0], m2[at] - lin.c0[:, 1]
         _, (b1, b2), (q11, q12, q22) = _conditional(
-            sums, d1, d2, tau[c, :, 0, None], tau[c, :, 1, None], sigma2[c]
+            sums, d1, d2, tau[at][:, 0, None], tau[at][:, 1, None], sigma2[at]
         )
         det = q11 * q22 - q12**2
         mean = np.stack(
-            [m1[c] + (q22 * b1 - q12 * b2) / det, m2[c] + (q11 * b2 - q12 * b1) / det], axis=-1
+            [m1[at] + (q22 * b1 - q12 * b2) / det, m2[at] + (q11 * b2 - q12 * b1) / det],
+            axis=-1,
         )
-        yield mean, q11, q12, q22
-
-
-def _sums_over_draws(rows, lin: Linearisation, gamma: np.ndarray) -> np.ndarray:
-    """:func:`_sums` for each draw's noise growth (draw, sweep, 6)."""
-    args = (rows.log_latency, lin.mu0, lin.jac, lin.ell, rows.log_count, rows.obs_sweep)
-    args = tuple(np.ascontiguousarray(a) for a in args)
-    n_sweeps = lin.c0.shape[0]
-    return np.stack([_weighted_sums(float(g), *args, n_sweeps)[0] for g in gamma])
+        yield at, mean, q11, q12, q22
 
 
 #: Rounds of :func:`relinearise` before sampling.
