@@ -64,19 +64,24 @@ def test_the_density_is_the_rows_joint_normal():
     assert _logp(rows, lin, m, tau1, jitter, sigma2, gamma) == pytest.approx(want, rel=1e-10)
 
 
-@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA"])
+@pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA", "JAX"])
 def test_the_graph_is_the_numpy_density_and_its_gradient_is_exact(mode):
+    """The sampled density (SweepSums, SweepTerms) in each backend: its value is NumPy's, its
+    gradient in every input that varies the central differences of that value."""
+    if mode == "JAX":
+        pytest.importorskip("jax")
+        M.register_jax()
     rows, true = _rows(1)
     lin = M.linearise(rows, true)
     m1, m2 = pt.dvector("m1"), pt.dvector("m2")
-    tau1, s2, g = pt.dscalar("tau1"), pt.dscalar("s2"), pt.dscalar("g")
+    tau1, s2, g, jitter = (pt.dscalar(n) for n in ("tau1", "s2", "g", "jitter"))
     y = pt.as_tensor(rows.log_latency)
-    out = M.marginal_logp(y, m1, m2, tau1, 0.005, s2, g, lin.mu0, lin.jac, lin.ell,
+    out = M.marginal_logp(y, m1, m2, tau1, jitter, s2, g, lin.mu0, lin.jac, lin.ell,
                           rows.log_count, sweep=rows.obs_sweep, c0=lin.c0)  # fmt: skip
-    inputs = [m1, m2, tau1, s2, g]
+    inputs = [m1, m2, tau1, s2, g, jitter]
     f = pytensor.function(inputs, [out, *pytensor.grad(out, inputs)], mode=mode)
-    point = [true[:, 0] + 0.01, true[:, 1] - 0.01, 0.02, 1e-4, 0.4]
-    value, *grads = f(*point)
+    point = [true[:, 0] + 0.01, true[:, 1] - 0.01, 0.02, 1e-4, 0.4, 0.005]
+    value, *grads = (np.asarray(x) for x in f(*point))  # JAX returns its own arrays
     assert value == pytest.approx(_logp(rows, lin, np.stack(point[:2], 1), 0.02, 0.005, 1e-4, 0.4))
     for i, grad in enumerate(grads):  # central differences of the value
         for j in range(np.size(point[i])):
@@ -87,7 +92,7 @@ def test_the_graph_is_the_numpy_density_and_its_gradient_is_exact(mode):
             )
             np.put(up[i], j, np.ravel(up[i])[j] + h)
             np.put(down[i], j, np.ravel(down[i])[j] - h)
-            fd = (f(*up)[0] - f(*down)[0]) / (2 * h)
+            fd = float(f(*up)[0] - f(*down)[0]) / (2 * h)
             assert np.ravel(grad)[j] == pytest.approx(fd, rel=1e-4, abs=1e-3)
 
 
