@@ -278,13 +278,23 @@ LATENT_POOLED = pytest.mark.xfail(
     reason="issue 42: the pooled structure's latent alpha is not healthy yet", strict=True
 )
 
+#: The open-loop set of the same (seed 21) sits at the bar: bulk ESS 362 in a process of its
+#: own at 2026-12-07 21:52, above 400 (XPASS) inside the slow tier's worker that had fitted
+#: other models first — the draws follow the compiled code's floating-point order. Not
+#: strict: a result either side of the bar says nothing about a fix
+#: (``benchmarks/two_drafters.py`` and ``alpha_hidden.py`` judge the latent alpha).
+LATENT_POOLED_AT_BAR = pytest.mark.xfail(
+    reason="issue 42: the pooled structure's latent alpha is at the bar (bulk ESS ~360-400)",
+    strict=False,
+)
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "kind",
     [
         "dense",
-        pytest.param("latent_alpha", marks=LATENT_POOLED),
+        pytest.param("latent_alpha", marks=LATENT_POOLED_AT_BAR),
         "closed_loop",
         pytest.param("closed_loop_latent_alpha", marks=LATENT_POOLED),
         "multi",

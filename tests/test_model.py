@@ -721,3 +721,24 @@ def test_single_load_level_per_configuration_is_one_clear_error(demo_subset):
     one = data.groupby(["verifier", "hardware", "cell", "drafter", "k"], dropna=False).head(1)
     with pytest.raises(ValueError, match="single load level"):
         build_design(validate_sweeps(one.reset_index(drop=True)))
+
+
+def test_rows_taken_from_a_matrix_tensor_are_numpys_with_its_gradient():
+    """hierarchy.take_rows: a matrix tensor's rows gathered from its flat values are NumPy's
+    ``take`` of them, and the gradient scatters back to each row as often as it is taken."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    from specbayes.model.hierarchy import take_rows
+
+    rng = np.random.default_rng(3)
+    x, index = rng.normal(size=(5, 3)), np.array([4, 0, 0, 2, 4, 4])
+    weights = rng.normal(size=(6, 3))
+    tensor = pt.dmatrix("x")
+    taken = take_rows(tensor, index, 3)
+    grad = pytensor.grad((taken * weights).sum(), tensor)
+    values, gradient = pytensor.function([tensor], [taken, grad])(x)
+    np.testing.assert_array_equal(values, take_rows(x, index))
+    want = np.zeros_like(x)
+    np.add.at(want, index, weights)
+    np.testing.assert_allclose(gradient, want)

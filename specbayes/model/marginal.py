@@ -281,11 +281,11 @@ def marginal_logp(value, m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log
     xp = np if isinstance(m1, np.ndarray) and isinstance(value, np.ndarray) else pt
     n_sweeps = int(np.max(sweep)) + 1  # every sweep has rows
     sums = _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps)
-    args = (sums, m1, m2, c0, tau1, jitter, sigma2)
     if xp is np:
-        per_sweep = _sweep_terms(*(np.asarray(a, dtype=np.float64) for a in args))[0]
+        arrays = (np.asarray(a, dtype=np.float64) for a in (sums, m1, m2, c0))
+        per_sweep = _sweep_terms(*arrays, float(tau1), float(jitter), float(sigma2))[0]
     else:
-        per_sweep = SweepTerms()(*args)[0]
+        per_sweep = SweepTerms()(sums, m1, m2, c0, tau1, jitter, sigma2)[0]
     n = value.shape[0]
     log_w = gamma * xp.sum(ell) - 0.5 * xp.sum(log_count)
     return -0.5 * n * xp.log(2.0 * np.pi * sigma2) - log_w + per_sweep
@@ -361,7 +361,8 @@ class SweepTerms(Op):
         return Apply(self, tensors, outputs)
 
     def perform(self, node, inputs, output_storage):
-        out = _sweep_terms(*(np.asarray(x, dtype=np.float64) for x in inputs))
+        *arrays, tau1, jitter, sigma2 = inputs
+        out = _sweep_terms(*arrays, float(tau1), float(jitter), float(sigma2))
         for store, value in zip(output_storage, out, strict=True):
             store[0] = np.asarray(value, dtype=np.float64)
 
