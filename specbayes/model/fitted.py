@@ -48,6 +48,7 @@ from specbayes.model.likelihood import (
     log_density,
     log_mean_latency,
     log_row_scale,
+    posterior_log_row_scale,
 )
 from specbayes.model.marginal import integrated
 from specbayes.model.metrics import (
@@ -679,15 +680,10 @@ class NextFit(CoefficientDraws):
         (59,040 rows, 4,000 draws)."""
         d, post = self.design, self.idata.posterior
         mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
-        # the noise grows with the utilisation at noise_mu where the graph has one
-        # (likelihood.posterior_log_row_scale)
-        at_mu = post["noise_mu"].values if "noise_mu" in post else mu
-        log_c1, growth = post["log_c1"].values, post["noise_growth"].values
         sigma = post["sigma"].values
         ll, pp = np.empty_like(mu), np.empty_like(mu)
         for at in draw_blocks(*mu.shape):
-            log_w = log_row_scale(at_mu[at], log_c1[at][..., d.obs_sweep], growth[at][..., None],
-                                  d.log_count)  # fmt: skip
+            log_w = posterior_log_row_scale(post, d.obs_sweep, d.log_count, at)
             scale = sigma[at][:, None] * np.exp(log_w)
             finite = np.isfinite(mu[at])  # a draw past a row's wall: -inf, as log_likelihood
             with np.errstate(all="ignore"):

@@ -93,18 +93,21 @@ def log_row_scale(mu: Any, log_c1: Any, growth: Any, log_count: Any = 0.0) -> An
     return growth * (mu - log_c1) - 0.5 * log_count
 
 
-def posterior_log_row_scale(post: Any, sweep: np.ndarray, log_count: Any = 0.0) -> np.ndarray:
-    r""":func:`log_row_scale` of the fitted rows for every posterior draw (chain, draw, obs):
-    at the graph's ``noise_mu`` where it has one (the knee's: the noise grows with the
-    utilisation of the law without it, :mod:`specbayes.model.graph`), else at ``mu``.
+def posterior_log_row_scale(
+    post: Any, sweep: np.ndarray, log_count: Any = 0.0, at: Any = Ellipsis
+) -> np.ndarray:
+    r""":func:`log_row_scale` of the fitted rows for every posterior draw (chain, draw, obs),
+    or for the draws ``at`` selects (a :func:`draw_blocks` block: (draw, obs)): at the
+    graph's ``noise_mu`` where it has one (the knee's: the noise grows with the utilisation
+    of the law without it, :mod:`specbayes.model.graph`), else at ``mu``.
 
     ``post`` is the posterior with ``mu`` (and ``noise_mu``); ``sweep`` each row's sweep,
     ``log_count`` its :math:`\log(n/n_\mathrm{ref})`."""
     location = post["noise_mu"].values if "noise_mu" in post else post["mu"].values
     return log_row_scale(
-        location,
-        post["log_c1"].values[..., sweep],
-        post["noise_growth"].values[..., None],
+        location[at],
+        post["log_c1"].values[at][..., sweep],
+        post["noise_growth"].values[at][..., None],
         np.asarray(log_count),
     )
 
