@@ -132,3 +132,25 @@ def test_closed_loop_break_even_of_moe_starts_at_one_stream():
     assert gap(1e-3) < 0 < gap(1.0) and gap(8.0) < 0  # wins idle, loses at 1, wins at 8
     n = laws.break_even_concurrency(c1s, c2, c1d, c2, experts_sd=sd, experts_dense=dense)
     assert 1.0 < n < 8.0 and abs(gap(n)) < 1e-9
+
+
+def test_the_compiled_lambert_w_is_scipys():
+    """NumPy inputs take the closed form through a compiled principal branch of Lambert's W
+    (laws/coverage.py): SciPy's to 1e-12 on [-1/e, 0] away from the branch point; nearer,
+    where W's slope 1/(x(1 + 1/W)) grows without bound, both carry the rounding of x."""
+    from scipy.special import lambertw
+
+    rng = np.random.default_rng(3)
+    away = np.concatenate([-rng.uniform(0, 1 / np.e - 1e-3, 200_000), [0.0, -0.25],
+                           -(10 ** rng.uniform(-300, -1, 10_000))])  # fmt: skip
+    np.testing.assert_allclose(_vector_w0(away), lambertw(away, 0).real, rtol=1e-12, atol=1e-300)
+    near = -1 / np.e + 10 ** rng.uniform(-16, -3, 10_000)
+    np.testing.assert_allclose(_vector_w0(near), lambertw(near, 0).real, rtol=1e-7)
+
+
+def _vector_w0(x):
+    import numba
+
+    from specbayes.laws.coverage import _lambert_w0
+
+    return numba.vectorize(["float64(float64)"])(lambda v: _lambert_w0(v))(x)

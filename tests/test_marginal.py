@@ -41,11 +41,47 @@ def _rows(seed: int = 0, noise: float = 0.01):
     return rows, true
 
 
-def _logp(rows, lin, m, tau1, jitter, sigma2, gamma):
+def _moe_rows(seed: int = 0, noise: float = 0.01):
+    """:func:`_rows` from the ``moe`` level's law: each sweep's expert reads ``X`` (log,
+    returned third) read at the coverage of its rows' routed tokens (m/M = 8/128, k 0–3)."""
+    rows, true = _rows(seed, noise)
+    log_x = np.log([0.5, 0.3, 0.8, 0.2])
+    s = rows.obs_sweep
+    rows.expert_ratio, rows.expert_k = np.full(s.size, 8 / 128), np.array([0.0, 2, 3, 1])[s]
+    rows.log_latency = M._law(rows, true[s, 0], true[s, 1], log_x[s])
+    rows.log_latency += noise * np.random.default_rng(seed + 1).standard_normal(s.size)
+    return rows, true, log_x
+
+
+def _logp(rows, lin, m, tau1, jitter, sigma2, gamma, log_x=None):
     return M.marginal_logp(
         rows.log_latency, m[:, 0], m[:, 1], tau1, jitter, sigma2, gamma, lin.mu0, lin.jac,
-        lin.ell, rows.log_count, sweep=rows.obs_sweep, c0=lin.c0,
+        lin.ell, rows.log_count, sweep=rows.obs_sweep, c0=lin.c0, log_x=log_x, x0=lin.x0,
     )  # fmt: skip
+
+
+def test_the_moe_density_is_the_rows_joint_normal_at_the_sampled_reads():
+    """On the moe level the rows' mean moves with the sweep's log expert reads by the third
+    column K of J: Woodbury's form (ten sums folded to six) equals the Normal with mean
+    mu0 + J (m - c0) + K (log X - x0), covariance sigma^2 W + J D J^T."""
+    rows, true, log_x = _moe_rows()
+    lin = M.linearise(rows, true + 0.01, log_x + 0.05)
+    assert lin.jac.shape == (len(rows.log_latency), 3)
+    m, tau1, jitter, sigma2, gamma, at = true - 0.02, 0.02, 0.005, 1e-4, 0.7, log_x - 0.03
+    want = 0.0
+    for s in range(4):
+        i = rows.obs_sweep == s
+        w2 = np.exp(2 * (gamma * lin.ell[i] - 0.5 * rows.log_count[i]))
+        j = lin.jac[i, :2]
+        mean = lin.mu0[i] + j @ (m[s] - lin.c0[s]) + lin.jac[i, 2] * (at[s] - lin.x0[s])
+        cov = sigma2 * np.diag(w2) + j @ np.diag([tau1**2, jitter**2]) @ j.T
+        want += stats.multivariate_normal(mean, cov).logpdf(rows.log_latency[i])
+    got = _logp(rows, lin, m, tau1, jitter, sigma2, gamma, log_x=at)
+    assert got == pytest.approx(want, rel=1e-10)
+    # the noise grows with the queue of the law without expert reads (a sampled fit's noise_mu)
+    plain = log_mean_latency(lin.c0[rows.obs_sweep, 0], lin.c0[rows.obs_sweep, 1], rows.load,
+                             rows.obs_closed)  # fmt: skip
+    np.testing.assert_allclose(lin.ell, plain - lin.c0[rows.obs_sweep, 0])
 
 
 def test_the_density_is_the_rows_joint_normal():
@@ -64,25 +100,34 @@ def test_the_density_is_the_rows_joint_normal():
     assert _logp(rows, lin, m, tau1, jitter, sigma2, gamma) == pytest.approx(want, rel=1e-10)
 
 
+@pytest.mark.parametrize("experts", [False, True], ids=["law", "moe"])
 @pytest.mark.parametrize("mode", ["FAST_COMPILE", "NUMBA", "JAX"])
-def test_the_graph_is_the_numpy_density_and_its_gradient_is_exact(mode):
-    """The sampled density (SweepSums, SweepTerms) in each backend: its value is NumPy's, its
-    gradient in every input that varies the central differences of that value."""
+def test_the_graph_is_the_numpy_density_and_its_gradient_is_exact(mode, experts):
+    """The sampled density (SweepSums, SweepTerms; on the moe level the ten sums folded at the
+    sampled expert reads) in each backend: its value is NumPy's, its gradient in every input
+    that varies the central differences of that value."""
     if mode == "JAX":
         pytest.importorskip("jax")
         M.register_jax()
-    rows, true = _rows(1)
-    lin = M.linearise(rows, true)
-    m1, m2 = pt.dvector("m1"), pt.dvector("m2")
+    if experts:
+        rows, true, log_x = _moe_rows(1)
+        lin = M.linearise(rows, true, log_x)
+    else:
+        rows, true = _rows(1)
+        lin, log_x = M.linearise(rows, true), None
+    m1, m2, lx = pt.dvector("m1"), pt.dvector("m2"), pt.dvector("log_x")
     tau1, s2, g, jitter = (pt.dscalar(n) for n in ("tau1", "s2", "g", "jitter"))
     y = pt.as_tensor(rows.log_latency)
     out = M.marginal_logp(y, m1, m2, tau1, jitter, s2, g, lin.mu0, lin.jac, lin.ell,
-                          rows.log_count, sweep=rows.obs_sweep, c0=lin.c0)  # fmt: skip
-    inputs = [m1, m2, tau1, s2, g, jitter]
+                          rows.log_count, sweep=rows.obs_sweep, c0=lin.c0,
+                          log_x=lx if experts else None, x0=lin.x0)  # fmt: skip
+    inputs = [m1, m2, tau1, s2, g, jitter] + ([lx] if experts else [])
     f = pytensor.function(inputs, [out, *pytensor.grad(out, inputs)], mode=mode)
     point = [true[:, 0] + 0.01, true[:, 1] - 0.01, 0.02, 1e-4, 0.4, 0.005]
+    point += [log_x + np.array([0.02, -0.01, 0.03, 0.0])] if experts else []
     value, *grads = (np.asarray(x) for x in f(*point))  # JAX returns its own arrays
-    assert value == pytest.approx(_logp(rows, lin, np.stack(point[:2], 1), 0.02, 0.005, 1e-4, 0.4))
+    want = _logp(rows, lin, np.stack(point[:2], 1), 0.02, 0.005, 1e-4, 0.4, *point[6:])
+    assert value == pytest.approx(want)
     for i, grad in enumerate(grads):  # central differences of the value
         for j in range(np.size(point[i])):
             h = 1e-7 * max(1.0, abs(np.ravel(point[i])[j])) * (1e-3 if i == 3 else 1)

@@ -116,10 +116,8 @@ def build_model(design: Design, priors: dict | None = None, metrics: tuple = ())
         else:
             log_c1, log_c2, split = pooled_costs(design, pr)
         if pr["sweeps"] == "marginal":  # integrated out: the costs are drawn after sampling
-            lin = marginal.linearise(design, marginal.sweep_point(design))
-            marginal.marginal_likelihood(
-                design, pr, log_c1, log_c2, log_count, lin, _growth_axis(design)
-            )
+            growth_axis = _growth_axis(design)
+            marginal.integrate_sweeps(design, pr, log_c1, log_c2, log_count, split, growth_axis)
             return model
         log_c1 = pm.Deterministic("log_c1", log_c1, dims="sweep")
         log_c2 = pm.Deterministic("log_c2", log_c2, dims="sweep")
@@ -481,7 +479,7 @@ def pooled_costs(design: Design, pr: dict) -> tuple:
     if pr["sweeps"] == "marginal":  # the sweeps integrated out (marginal.py): no latents
         log_c1 = pm.Deterministic("log_c1_eff", pt.log(c1_eff), dims="sweep")
         log_c2 = pm.Deterministic("log_c2_eff", pt.log(c2_eff), dims="sweep")
-        return log_c1, log_c2, None
+        return log_c1, log_c2, (None, None, None, passes, None)
     # C1's deviation scale is learned (integrated out, drawn after sampling by
     # sampling.add_collapsed; sampled where c1_dev is None); C2's is a fixed jitter
     centred = pr["centred_sweeps"]

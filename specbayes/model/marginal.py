@@ -33,6 +33,13 @@ hierarchy is :math:`\mathcal N(m_s + Q_s^{-1} b, Q_s^{-1})`; :func:`draw_sweeps`
 after sampling, so the posterior carries ``log_c1``, ``log_c2`` and ``mu`` as a sampled fit's
 does, and the stored log-likelihood is the exact law's at those draws.
 
+On the ``moe`` level the law also reads each sweep's expert reads :math:`X_s` (``expert_c1``,
+:mod:`specbayes.model.experts`), which the hierarchy sets and the sampler moves: the rows are
+taken to first order in :math:`\log X_s` too, about :math:`x^0_s`, with a third column
+:math:`K_i` of :math:`J`. Then :math:`\mu(c^0) + K(\log X_s - x^0_s)` is the rows' mean at the
+sampled reads, and the six sums at it follow from ten over the rows
+(:func:`fold_expert_reads`); the costs are integrated out as before.
+
 What the approximation leaves out: the law's curvature over a sweep's conditional spread
 (second order in ~1 %), and the truncation of :math:`\log C_2` at the open-loop wall (the rows
 themselves keep a sweep below it). The noise scale and :math:`\tau_1` are sampled here, not
@@ -58,8 +65,9 @@ from specbayes.model.likelihood import draw_blocks, log_mean_latency, log_row_sc
 
 __all__ = [
     "Linearisation", "SweepSums", "SweepTerms", "add_draws", "conditional_mean", "draw_sweeps",
-    "form", "integrated", "linearise", "marginal_likelihood", "marginal_logp", "register_jax",
-    "relinearise", "sweep_point",
+    "fold_expert_reads", "form", "integrate_sweeps", "integrated", "linearise",
+    "marginal_likelihood",
+    "marginal_logp", "register_jax", "relinearise", "row_view", "sweep_point",
 ]  # fmt: skip
 
 #: Finite-difference step (natural log of a cost) for the law's Jacobian.
@@ -69,41 +77,65 @@ _STEP = 1e-5
 @dataclass(frozen=True)
 class Linearisation:
     """The law to first order about each sweep's point ``c0`` (sweep, 2): per row ``mu0``
-    (the law's log latency at ``c0``), ``jac`` (row, 2: its derivatives in log C1, log C2)
-    and ``ell`` (:math:`-\\log h`, the row's log utilisation term at ``c0``)."""
+    (the law's log latency at ``c0``), ``jac`` (row, 2: its derivatives in log C1, log C2;
+    row, 3 on the ``moe`` level: and in the log expert reads) and ``ell`` (:math:`-\\log h`,
+    the row's log utilisation term at ``c0``, of the law without expert reads: the noise
+    grows with the queue, module :mod:`specbayes.model.graph`). ``x0`` (sweep): the ``moe``
+    level's log expert reads :math:`x^0_s` the rows are linearised at, else ``None``."""
 
     c0: np.ndarray
     mu0: np.ndarray
     jac: np.ndarray
     ell: np.ndarray
+    x0: np.ndarray | None = None
 
 
-def linearise(design, c0: np.ndarray) -> Linearisation:
+def row_view(design):
+    """The row arrays :func:`linearise`, :func:`sweep_point` and :func:`draw_sweeps` read, from
+    a :class:`~specbayes.model.design.Design`; on the ``moe`` level with each row's ``m/M``
+    (``expert_ratio``) and k (``expert_k``)."""
+    from types import SimpleNamespace
+
+    s = design.obs_sweep
+    moe = design.level == "moe"
+    return SimpleNamespace(
+        obs_sweep=s, load=design.load, obs_closed=design.obs_closed, log_count=design.log_count,
+        log_latency=design.log_latency, log_wall=design.log_wall, k=design.k,
+        expert_ratio=design.extra["expert_ratio"][s] if moe else None,
+        expert_k=design.k[s].astype(float) if moe else None,
+    )  # fmt: skip
+
+
+def _law(rows, log_c1, log_c2, log_x=None):
+    """The rows' expected log latency at their costs (per row); with ``log_x``, the ``moe``
+    level's at those log expert reads (``rows.expert_ratio``, ``rows.expert_k``)."""
+    experts = None if log_x is None else (np.exp(log_x), rows.expert_ratio, rows.expert_k)
+    with np.errstate(all="ignore"):
+        return log_mean_latency(log_c1, log_c2, rows.load, rows.obs_closed, experts=experts)
+
+
+def linearise(rows, c0: np.ndarray, x0: np.ndarray | None = None) -> Linearisation:
     """The law of every fitted row to first order about its sweep's ``c0`` (central
-    differences of :func:`~specbayes.model.likelihood.log_mean_latency`)."""
-    s, load, closed = design.obs_sweep, design.load, design.obs_closed
-
-    def law(a, b):
-        with np.errstate(all="ignore"):
-            return log_mean_latency(a[s], b[s], load, closed)
-
-    a, b = c0[:, 0], c0[:, 1]
-    mu0 = law(a, b)
-    jac = np.stack(
-        [
-            (law(a + _STEP, b) - law(a - _STEP, b)) / (2 * _STEP),
-            (law(a, b + _STEP) - law(a, b - _STEP)) / (2 * _STEP),
-        ],
-        axis=1,
-    )
-    return Linearisation(c0=c0, mu0=mu0, jac=jac, ell=mu0 - a[s])
+    differences of :func:`~specbayes.model.likelihood.log_mean_latency`); on the ``moe``
+    level also about its sweep's log expert reads ``x0``."""
+    s = rows.obs_sweep
+    point = [c0[s, 0], c0[s, 1]] + ([] if x0 is None else [x0[s]])
+    mu0 = _law(rows, *point)
+    columns = []
+    for j in range(len(point)):
+        up, down = list(point), list(point)
+        up[j], down[j] = point[j] + _STEP, point[j] - _STEP
+        columns.append((_law(rows, *up) - _law(rows, *down)) / (2 * _STEP))
+    ell = (mu0 if x0 is None else _law(rows, *point[:2])) - point[0]
+    return Linearisation(c0=c0, mu0=mu0, jac=np.stack(columns, axis=1), ell=ell, x0=x0)
 
 
-def sweep_point(design, iterations: int = 60) -> np.ndarray:
+def sweep_point(design, x0: np.ndarray | None = None, iterations: int = 60) -> np.ndarray:
     """Each sweep's weighted least-squares :math:`(\\log C_1, \\log C_2)` (sweep, 2): damped
-    Gauss–Newton on all sweeps at once, every step kept below the open-loop wall. A sweep whose
-    rows do not separate the two (one load) stays near its start along the ridge — the
-    linearisation needs a point near the data, not a unique one."""
+    Gauss–Newton on all sweeps at once, every step kept below the open-loop wall; on the
+    ``moe`` level at the log expert reads ``x0``. A sweep whose rows do not separate the two
+    (one load) stays near its start along the ridge — the linearisation needs a point near
+    the data, not a unique one."""
     s, y, n_sweeps = design.obs_sweep, design.log_latency, len(design.k)
     weight = np.exp(design.log_count)
     a = np.full(n_sweeps, np.inf)
@@ -114,19 +146,19 @@ def sweep_point(design, iterations: int = 60) -> np.ndarray:
     b = np.where(np.isfinite(wall), wall + np.log(0.5), a - np.log(np.maximum(top, 1.0)))
     c0 = np.stack([a, b], axis=1)
     damping = np.full(n_sweeps, 1e-3)
-    cost = _sweep_cost(design, c0, weight)
+    cost = _sweep_cost(design, c0, weight, x0)
     for _ in range(iterations):
-        lin = linearise(design, c0)
-        r = y - lin.mu0
-        g = _per_sweep(lin.jac * (weight * r)[:, None], s, n_sweeps)
-        jj = lin.jac[:, :, None] * lin.jac[:, None, :] * weight[:, None, None]
+        lin = linearise(design, c0, x0)
+        r, jac = y - lin.mu0, lin.jac[:, :2]
+        g = _per_sweep(jac * (weight * r)[:, None], s, n_sweeps)
+        jj = jac[:, :, None] * jac[:, None, :] * weight[:, None, None]
         h = _per_sweep(jj.reshape(len(y), 4), s, n_sweeps).reshape(n_sweeps, 2, 2)
         h = h + (damping[:, None, None] * (np.trace(h, axis1=1, axis2=2) + 1e-12)[:, None, None]
                  * np.eye(2))  # fmt: skip
         step = np.linalg.solve(h, g[..., None])[..., 0]
         trial = c0 + step
         trial[:, 1] = np.minimum(trial[:, 1], wall - 1e-6)
-        new = _sweep_cost(design, trial, weight)
+        new = _sweep_cost(design, trial, weight, x0)
         better = np.isfinite(new) & (new <= cost)
         c0 = np.where(better[:, None], trial, c0)
         cost = np.where(better, new, cost)
@@ -134,12 +166,10 @@ def sweep_point(design, iterations: int = 60) -> np.ndarray:
     return c0
 
 
-def _sweep_cost(design, c0: np.ndarray, weight: np.ndarray) -> np.ndarray:
+def _sweep_cost(design, c0: np.ndarray, weight: np.ndarray, x0=None) -> np.ndarray:
     """Per sweep, the weighted sum of squared residuals at ``c0`` (inf past a wall)."""
-    with np.errstate(all="ignore"):
-        mu = log_mean_latency(
-            c0[design.obs_sweep, 0], c0[design.obs_sweep, 1], design.load, design.obs_closed
-        )
+    s = design.obs_sweep
+    mu = _law(design, c0[s, 0], c0[s, 1], None if x0 is None else x0[s])
     r2 = np.where(np.isfinite(mu), weight * (design.log_latency - mu) ** 2, np.inf)
     return np.bincount(design.obs_sweep, r2, minlength=len(design.k))
 
@@ -149,27 +179,74 @@ def _per_sweep(values: np.ndarray, sweep: np.ndarray, n_sweeps: int) -> np.ndarr
     return np.stack([np.bincount(sweep, v, minlength=n_sweeps) for v in values.T], axis=1)
 
 
-def _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps):
-    """Per sweep the six weighted sums :math:`\\sum v e^2, \\sum v J e, \\sum v J J^T` with
-    :math:`e = y - \\mu^0`, :math:`v = 1/w^2` (NumPy, or :class:`SweepSums` in a graph)."""
+def _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps, experts=False):
+    """Per sweep the weighted sums :math:`\\sum v e^2, \\sum v J e, \\sum v J J^T` with
+    :math:`e = y - \\mu^0`, :math:`v = 1/w^2` (NumPy, or :class:`SweepSums` in a graph): six
+    for two columns of :math:`J`, ten for three (the ``moe`` level's)."""
     if xp is not np:
-        return SweepSums(n_sweeps)(gamma, value, mu0, jac, ell, log_count, sweep)[0]
-    return _weighted_sums(float(gamma), value, mu0, jac, ell, log_count, sweep, n_sweeps)[0]
+        return SweepSums(n_sweeps, experts)(gamma, value, mu0, jac, ell, log_count, sweep)[0]
+    return _sums_kernel(jac)(float(gamma), value, mu0, jac, ell, log_count, sweep, n_sweeps)[0]
 
 
-@numba.njit(cache=True, error_model="numpy", fastmath={"nsz", "arcp", "contract", "reassoc"})
+def fold_expert_reads(sums, delta):
+    """The six sums of :func:`_sums` at the sampled expert reads from the ten at ``x0``
+    (NumPy or PyTensor): with :math:`e' = e - K\\delta`, :math:`\\delta = \\log X_s - x^0_s`,
+    :math:`\\sum v e'^2 = \\sum v e^2 - 2\\delta \\sum v K e + \\delta^2 \\sum v K^2` and
+    :math:`\\sum v J_j e' = \\sum v J_j e - \\delta \\sum v J_j K`. Columns in: :math:`e^2,
+    J_1 e, J_2 e, K e, J_1^2, J_1 J_2, J_1 K, J_2^2, J_2 K, K^2`."""
+    xp = np if isinstance(sums, np.ndarray) else pt
+    c = [sums[..., i] for i in range(10)]
+    return xp.stack(
+        [c[0] - 2.0 * delta * c[3] + delta**2 * c[9], c[1] - delta * c[6], c[2] - delta * c[8],
+         c[4], c[5], c[7]],
+        axis=-1,
+    )  # fmt: skip
+
+
+_FAST = {"nsz", "arcp", "contract", "reassoc"}
+
+
+@numba.njit(inline="always")
+def _row(i, gamma, value, mu0, ell, log_count):
+    """A row's residual :math:`e`, weight :math:`v = 1/w^2` and its derivative in gamma."""
+    v = math.exp(log_count[i] - 2.0 * gamma * ell[i])
+    return value[i] - mu0[i], v, -2.0 * ell[i] * v
+
+
+@numba.njit(inline="always")
+def _add(sums, d_sums, s, v, dv, terms):
+    for k in range(len(terms)):
+        sums[s, k] += v * terms[k]
+        d_sums[s, k] += dv * terms[k]
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath=_FAST)
 def _weighted_sums(gamma, value, mu0, jac, ell, log_count, sweep, n_sweeps):
-    """:func:`_sums` and their derivative in the noise growth, one pass over the rows."""
+    """:func:`_sums` and their derivative in the noise growth, one pass over the rows: the six
+    of two columns of :math:`J`."""
     sums, d_sums = np.zeros((n_sweeps, 6)), np.zeros((n_sweeps, 6))
     for i in range(value.shape[0]):
-        s, e, j1, j2 = sweep[i], value[i] - mu0[i], jac[i, 0], jac[i, 1]
-        v = math.exp(log_count[i] - 2.0 * gamma * ell[i])
-        dv = -2.0 * ell[i] * v
-        terms = (e * e, j1 * e, j2 * e, j1 * j1, j1 * j2, j2 * j2)
-        for k in range(6):
-            sums[s, k] += v * terms[k]
-            d_sums[s, k] += dv * terms[k]
+        e, v, dv = _row(i, gamma, value, mu0, ell, log_count)
+        j1, j2 = jac[i, 0], jac[i, 1]
+        _add(sums, d_sums, sweep[i], v, dv, (e * e, j1 * e, j2 * e, j1 * j1, j1 * j2, j2 * j2))
     return sums, d_sums
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath=_FAST)
+def _expert_sums(gamma, value, mu0, jac, ell, log_count, sweep, n_sweeps):
+    """:func:`_weighted_sums` with the ``moe`` level's third column :math:`K` of :math:`J`
+    (the log expert reads): ten sums, in :func:`fold_expert_reads`' order."""
+    sums, d_sums = np.zeros((n_sweeps, 10)), np.zeros((n_sweeps, 10))
+    for i in range(value.shape[0]):
+        e, v, dv = _row(i, gamma, value, mu0, ell, log_count)
+        j1, j2, x = jac[i, 0], jac[i, 1], jac[i, 2]
+        terms = (e * e, j1 * e, j2 * e, x * e, j1 * j1, j1 * j2, j1 * x, j2 * j2, j2 * x, x * x)
+        _add(sums, d_sums, sweep[i], v, dv, terms)
+    return sums, d_sums
+
+
+def _sums_kernel(jac):
+    return _expert_sums if np.shape(jac)[1] == 3 else _weighted_sums
 
 
 class SweepSums(Op):
@@ -177,12 +254,13 @@ class SweepSums(Op):
     (output 1, what ``L_op`` uses): one compiled pass over the rows instead of a scatter-add
     of six columns and its gathers (1.74 ms a gradient on the paper set's dense verifiers).
     Inputs: ``gamma`` (the differentiable one), then the rows' observed values, ``mu0``,
-    ``jac``, ``ell``, ``log_count`` and sweep index."""
+    ``jac``, ``ell``, ``log_count`` and sweep index; ``experts``: ``jac`` has the ``moe``
+    level's third column (ten sums)."""
 
-    __props__ = ("n_sweeps",)
+    __props__ = ("n_sweeps", "experts")
 
-    def __init__(self, n_sweeps: int):
-        self.n_sweeps = int(n_sweeps)
+    def __init__(self, n_sweeps: int, experts: bool = False):
+        self.n_sweeps, self.experts = int(n_sweeps), bool(experts)
 
     def make_node(self, *inputs):
         dtypes = ("float64",) * 6 + ("int64",)
@@ -195,7 +273,7 @@ class SweepSums(Op):
 
     def perform(self, node, inputs, output_storage):
         gamma, *rows = (np.asarray(x) for x in inputs)
-        out = _weighted_sums(float(gamma), *rows, self.n_sweeps)
+        out = _sums_kernel(rows[2])(float(gamma), *rows, self.n_sweeps)
         for store, value in zip(output_storage, out, strict=True):
             store[0] = value
 
@@ -211,11 +289,12 @@ class SweepSums(Op):
 @register_funcify_default_op_cache_key(SweepSums)
 def _numba_sweep_sums(op, node, **kwargs):
     """The Op inside numba-compiled graphs (nutpie's default backend)."""
-    n_sweeps = op.n_sweeps
+    n_sweeps, experts = op.n_sweeps, op.experts
 
     @numba_njit
     def sweep_sums_numba(gamma, value, mu0, jac, ell, log_count, sweep):
-        return _weighted_sums(gamma.item(), value, mu0, jac, ell, log_count, sweep, n_sweeps)
+        rows = (gamma.item(), value, mu0, jac, ell, log_count, sweep, n_sweeps)
+        return _expert_sums(*rows) if experts else _weighted_sums(*rows)
 
     return sweep_sums_numba, 1
 
@@ -229,9 +308,11 @@ def register_jax() -> None:
 
     def lowered_for(op):
         def lowered(gamma, value, mu0, jac, ell, log_count, sweep):
-            e, j1, j2 = value - mu0, jac[:, 0], jac[:, 1]
-            v = jnp.exp(log_count - 2.0 * gamma * ell)
-            terms = jnp.stack([e * e, j1 * e, j2 * e, j1 * j1, j1 * j2, j2 * j2], axis=1)
+            e, v = value - mu0, jnp.exp(log_count - 2.0 * gamma * ell)
+            j = [jac[:, c] for c in range(3 if op.experts else 2)]
+            terms = [e * e] + [a * e for a in j]  # in the kernels' order
+            terms += [j[a] * j[b] for a in range(len(j)) for b in range(a, len(j))]
+            terms = jnp.stack(terms, axis=1)
             seg = jax.ops.segment_sum
             return (
                 seg(terms * v[:, None], sweep, op.n_sweeps),
@@ -271,16 +352,19 @@ def _conditional(sums, delta1, delta2, tau1, jitter, sigma2):
 
 
 def marginal_logp(value, m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_count, *,
-                  sweep, c0):  # fmt: skip
+                  sweep, c0, log_x=None, x0=None):  # fmt: skip
     r"""The rows' log density with every sweep's costs integrated out (module docstring):
     ``m1``, ``m2`` the sweeps' decomposition (log C1, log C2), ``tau1``, ``jitter`` their
     deviation scales, ``sigma2`` the noise variance, ``gamma`` the noise growth; ``mu0``,
     ``jac``, ``ell`` the rows' :class:`Linearisation`, ``log_count`` theirs
     (:func:`~specbayes.model.design.log_counts`), ``sweep`` each row's sweep (NumPy), ``c0``
-    the points."""
+    the points; on the ``moe`` level ``log_x`` the sweeps' log expert reads and ``x0`` the
+    linearisation's."""
     xp = np if isinstance(m1, np.ndarray) and isinstance(value, np.ndarray) else pt
     n_sweeps = int(np.max(sweep)) + 1  # every sweep has rows
-    sums = _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps)
+    sums = _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps, x0 is not None)
+    if x0 is not None:
+        sums = fold_expert_reads(sums, log_x - x0)
     if xp is np:
         arrays = (np.asarray(a, dtype=np.float64) for a in (sums, m1, m2, c0))
         per_sweep = _sweep_terms(*arrays, float(tau1), float(jitter), float(sigma2))[0]
@@ -389,19 +473,23 @@ def _numba_sweep_terms(op, node, **kwargs):
     return sweep_terms_numba, 1
 
 
-def marginal_random(m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_count, rng=None,
-                    size=None, *, sweep, load, closed):  # fmt: skip
+def marginal_random(m1, m2, tau1, jitter, sigma2, gamma, log_count, log_x=None, rng=None,
+                    size=None, *, rows):  # fmt: skip
     """Draws of the rows: each sweep's costs around its decomposition, then the exact law's
-    rows around them (what the linearisation stands in for). With posterior draws of the
-    hierarchy (``pm.sample_posterior_predictive``) that is a new sweep of each configuration;
-    the fit's ``posterior_predictive`` group draws around each sweep's own drawn costs."""
-    m1, m2 = np.asarray(m1), np.asarray(m2)
+    rows around them (what the linearisation stands in for; on the ``moe`` level with the
+    sweeps' log expert reads ``log_x``; ``rows`` is :func:`row_view`'s). With posterior draws
+    of the hierarchy (``pm.sample_posterior_predictive``) that is a new sweep of each
+    configuration; the fit's ``posterior_predictive`` group draws around each sweep's own
+    drawn costs."""
+    m1, m2, s = np.asarray(m1), np.asarray(m2), rows.obs_sweep
     shape = tuple(size) if size is not None else m1.shape[:-1]
     lc1 = m1 + np.asarray(tau1)[..., None] * rng.standard_normal((*shape, m1.shape[-1]))
     lc2 = m2 + np.asarray(jitter)[..., None] * rng.standard_normal((*shape, m2.shape[-1]))
-    with np.errstate(all="ignore"):  # a prior draw past a row's wall: that row is not finite
-        mu = log_mean_latency(lc1[..., sweep], lc2[..., sweep], load, closed)
-        log_w = log_row_scale(mu, lc1[..., sweep], np.asarray(gamma)[..., None], log_count)
+    # a prior draw past a row's wall: that row is not finite
+    mu = _law(rows, lc1[..., s], lc2[..., s], None if log_x is None else np.asarray(log_x)[..., s])
+    queue = mu if log_x is None else _law(rows, lc1[..., s], lc2[..., s])  # the noise's law
+    with np.errstate(all="ignore"):
+        log_w = log_row_scale(queue, lc1[..., s], np.asarray(gamma)[..., None], log_count)
         eps = rng.standard_normal(mu.shape)
         return mu + np.sqrt(np.asarray(sigma2))[..., None] * np.exp(log_w) * eps
 
@@ -409,8 +497,9 @@ def marginal_random(m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_coun
 def form(design, pr: dict, metrics: tuple) -> str:
     """How the fit carries its sweeps' costs: ``"marginal"`` (integrated out) or
     ``"sampled"``. ``pr["sweeps"]`` ``None`` (the default): integrated out wherever the model
-    can carry it — the pooled structure with the law alone (no curvature, knee or expert
-    reads) and no per-point metrics (which read each sweep's costs) — and alpha known; sampled
+    can carry it — the pooled structure with the law alone or the ``moe`` level's expert reads
+    (no curvature or knee) and no per-point metrics (which read each sweep's costs) — and
+    alpha known; sampled
     elsewhere (the anchored structure samples its sweeps' costs as its coefficients; with an
     unknown alpha the integrated form is not healthy yet). ``"marginal"``
     asks for it and refuses (one line) where it cannot; ``"sampled"`` samples them."""
@@ -428,7 +517,6 @@ def form(design, pr: dict, metrics: tuple) -> str:
     why = (
         "the anchored structure (its sweeps' costs are its coefficients)"
         if design.structure != "pooled"
-        else f"the {design.level!r} level" if design.level == "moe"
         else f"the {bent[0]!r} prior" if bent
         else "--metrics" if metrics
         else None
@@ -448,11 +536,12 @@ def integrated(model: pm.Model) -> bool:
 
 
 def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin: Linearisation,
-                        growth_axis: dict):  # fmt: skip
+                        growth_axis: dict, log_x=None):  # fmt: skip
     """The observed ``log_latency`` of the pooled structure with the sweeps integrated out,
     and the scales it samples: ``noise_var`` (:math:`\\sigma^2`, the ``noise`` prior),
     ``tau_c1_var`` (:math:`\\tau_1^2`, the ``c1_dev`` prior) and ``noise_growth`` (on
-    ``growth_axis``, :func:`specbayes.model.graph.build_model`'s)."""
+    ``growth_axis``, :func:`specbayes.model.graph.build_model`'s); on the ``moe`` level
+    ``log_x`` is the sweeps' log expert reads (``lin`` linearised in them too)."""
     noise, dev = pr["noise"], pr["c1_dev"]
     sigma2 = pm.InverseGamma("noise_var", alpha=noise["alpha"], beta=noise["beta"])
     tau1_var = pm.InverseGamma("tau_c1_var", alpha=dev["alpha"], beta=dev["beta"])
@@ -466,28 +555,59 @@ def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin
         "c0": pm.Data("lin_c0", lin.c0),
         "ell": pm.Data("lin_ell", lin.ell, dims="obs"),
     }
-    rows = dict(sweep=design.obs_sweep, load=design.load, closed=design.obs_closed)
+    rows, experts, signature = row_view(design), (), "(s),(s),(),(),(),(),(n),(n,j),(n),(n),(s,j)"
+    if log_x is not None:  # the moe level: each row's m/M and k for the exact law's draws
+        pm.Data("expert_ratio", rows.expert_ratio, dims="obs")
+        pm.Data("expert_k", rows.expert_k, dims="obs")
+        experts, signature = (log_x, pm.Data("lin_x0", lin.x0)), signature + ",(s),(s)"
+
+    def logp(value, *args):
+        return marginal_logp(value, *args[:10], sweep=rows.obs_sweep, c0=args[10], log_x=(
+            args[11] if experts else None), x0=args[12] if experts else None)  # fmt: skip
+
+    def random(*args, rng=None, size=None):
+        return marginal_random(*args[:6], args[9], args[11] if experts else None, rng=rng,
+                               size=size, rows=rows)  # fmt: skip
+
     pm.CustomDist(
         "log_latency", log_c1_eff, log_c2_eff, pt.sqrt(tau1_var), jitter, sigma2, growth,
-        data["mu0"], data["jac"], data["ell"], log_count, data["c0"],
-        logp=lambda value, *args: marginal_logp(value, *args[:-1], sweep=design.obs_sweep,
-                                                c0=args[-1]),
-        random=lambda *args, rng=None, size=None: marginal_random(
-            *args[:-1], rng=rng, size=size, **rows
-        ),
-        signature="(s),(s),(),(),(),(),(n),(n,j),(n),(n),(s,j)->(n)",
+        data["mu0"], data["jac"], data["ell"], log_count, data["c0"], *experts,
+        logp=logp, random=random, signature=signature + "->(n)",
         observed=design.log_latency, dims="obs",
     )  # fmt: skip
+
+
+def integrate_sweeps(design, pr: dict, log_c1_eff, log_c2_eff, log_count, split: tuple,
+                     growth_axis: dict) -> None:  # fmt: skip
+    """:func:`marginal_likelihood` linearised at each sweep's least-squares costs; on the
+    ``moe`` level with the expert reads (:func:`~specbayes.model.experts.expert_costs` of the
+    sweeps' verifier passes ``split[3]``) at their prior's median, where the first
+    :func:`relinearise` moves them to the optimised start's."""
+    from specbayes.model.experts import expert_costs, expert_prior
+
+    rows, log_x, x0 = row_view(design), None, None
+    if design.level == "moe":
+        log_x = pt.log(expert_costs(design, pr, split[3]))
+        reads = pm.Model.get_context()["expert_cost"]
+        x0 = log_x.eval({reads: np.exp(expert_prior(design, pr)[0])})
+    lin = linearise(rows, sweep_point(rows, x0), x0)
+    marginal_likelihood(design, pr, log_c1_eff, log_c2_eff, log_count, lin, growth_axis, log_x)
 
 
 def draw_sweeps(rows, post, lin: Linearisation, rng) -> dict[str, np.ndarray]:
     """Draws of every sweep's costs from their conditional given each posterior draw of the
     hierarchy, and the rows' expected log latency at them (the exact law): ``log_c1``,
-    ``log_c2`` (chain, draw, sweep) and ``mu`` (chain, draw, obs). ``rows`` has the design's
-    row arrays, ``post`` the posterior's ``log_c1_eff``, ``log_c2_eff``, ``tau``,
-    ``noise_var`` and ``noise_growth``."""
+    ``log_c2`` (chain, draw, sweep) and ``mu`` (chain, draw, obs); on the ``moe`` level also
+    ``noise_mu`` (the law without expert reads, whose utilisation the noise grows with, as in
+    a sampled fit). ``rows`` has the design's row arrays (:func:`row_view`), ``post`` the
+    posterior's ``log_c1_eff``, ``log_c2_eff``, ``tau``, ``noise_var``, ``noise_growth``
+    (and ``expert_c1``)."""
     shape, s = post["log_c1_eff"].shape, rows.obs_sweep
     log_c1, log_c2, mu = np.empty(shape), np.empty(shape), np.empty((*shape[:2], s.size))
+    log_x = None if lin.x0 is None else np.log(post["expert_c1"].values)
+    out = {"log_c1": log_c1, "log_c2": log_c2, "mu": mu}
+    if log_x is not None:
+        out["noise_mu"] = np.empty_like(mu)
     # a block of draws at a time (likelihood.draw_blocks): over a chain's draws at once the
     # (draw, sweep) temporaries alone took 13 s on the paper's dense verifiers, the law's over
     # every (draw, row) 21 GB and a minute
@@ -499,10 +619,11 @@ def draw_sweeps(rows, post, lin: Linearisation, rng) -> dict[str, np.ndarray]:
         z1, z2 = rng.standard_normal((2, *q11.shape))
         x2 = z2 / l22
         log_c1[at], log_c2[at] = mean[..., 0] + (z1 - l21 * x2) / l11, mean[..., 1] + x2
-        with np.errstate(all="ignore"):
-            mu[at] = log_mean_latency(log_c1[at][:, s], log_c2[at][:, s], rows.load,
-                                      rows.obs_closed)  # fmt: skip
-    return {"log_c1": log_c1, "log_c2": log_c2, "mu": mu}
+        costs = (log_c1[at][:, s], log_c2[at][:, s])
+        mu[at] = _law(rows, *costs, None if log_x is None else log_x[at][:, s])
+        if log_x is not None:
+            out["noise_mu"][at] = _law(rows, *costs)
+    return out
 
 
 def conditional_mean(rows, post, lin: Linearisation) -> np.ndarray:
@@ -523,9 +644,12 @@ def _moments(rows, post, lin: Linearisation):
     sigma2 = post["noise_var"].values[..., None]
     args = (rows.log_latency, lin.mu0, lin.jac, lin.ell, rows.log_count, rows.obs_sweep)
     args = tuple(np.ascontiguousarray(a) for a in args)
+    kernel = _sums_kernel(lin.jac)
     # blocks as wide as the rows: draw_sweeps evaluates the law on each block's rows
     for at in draw_blocks(*m1.shape[:2], rows.obs_sweep.size):
-        sums = np.stack([_weighted_sums(float(g), *args, len(lin.c0))[0] for g in gamma[at]])
+        sums = np.stack([kernel(float(g), *args, len(lin.c0))[0] for g in gamma[at]])
+        if lin.x0 is not None:  # the moe level: at each draw's expert reads
+            sums = fold_expert_reads(sums, np.log(post["expert_c1"].values[at]) - lin.x0)
         d1, d2 = m1[at] - lin.c0[:, 0], m2[at] - lin.c0[:, 1]
         _, (b1, b2), (q11, q12, q22) = _conditional(
             sums, d1, d2, tau[at][:, 0, None], tau[at][:, 1, None], sigma2[at]
@@ -540,6 +664,8 @@ def _moments(rows, post, lin: Linearisation):
 
 #: Rounds of :func:`relinearise` before sampling.
 RELINEARISE_ROUNDS = 2
+#: What :func:`relinearise` reads of the start (``expert_c1`` on the ``moe`` level).
+_POINT = ("log_c1_eff", "log_c2_eff", "tau", "noise_var", "noise_growth", "expert_c1")
 
 
 def relinearise(model: pm.Model, compiled, point: dict):
@@ -560,12 +686,16 @@ def relinearise(model: pm.Model, compiled, point: dict):
                 ("chain", "draw", *[f"{name}_{i}" for i in range(np.ndim(point[name]))]),
                 point[name][None, None],
             )
-            for name in ("log_c1_eff", "log_c2_eff", "tau", "noise_var", "noise_growth")
+            for name in _POINT
+            if name in point
         }
     )
-    rows = _rows_of(model)
-    lin = linearise(rows, conditional_mean(rows, post, _linearisation_of(model))[0, 0])
+    rows, old = _rows_of(model), _linearisation_of(model)
+    x0 = None if old.x0 is None else np.log(point["expert_c1"])
+    lin = linearise(rows, conditional_mean(rows, post, old)[0, 0], x0)
     data = {"lin_c0": lin.c0, "lin_mu0": lin.mu0, "lin_jac": lin.jac, "lin_ell": lin.ell}
+    if x0 is not None:
+        data["lin_x0"] = x0
     pm.set_data(data, model=model)
     return compiled.with_data(**data)
 
@@ -578,26 +708,27 @@ def _rows_of(model: pm.Model):
     def data(name):
         return np.asarray(model[name].get_value())
 
-    obs = model["log_latency"]
+    obs, moe = model["log_latency"], "lin_x0" in model.named_vars
     return SimpleNamespace(
         obs_sweep=data("obs_sweep"), load=data("load"), obs_closed=data("closed"),
         log_count=data("log_count"), log_latency=np.asarray(model.rvs_to_values[obs].data),
+        expert_ratio=data("expert_ratio") if moe else None,
+        expert_k=data("expert_k") if moe else None,
     )  # fmt: skip
 
 
 def _linearisation_of(model: pm.Model) -> Linearisation:
-    return Linearisation(
-        *(np.asarray(model[f"lin_{n}"].get_value()) for n in ("c0", "mu0", "jac", "ell"))
-    )
+    names = ("c0", "mu0", "jac", "ell") + (("x0",) if "lin_x0" in model.named_vars else ())
+    return Linearisation(*(np.asarray(model[f"lin_{n}"].get_value()) for n in names))
 
 
 def add_draws(idata, model: pm.Model, seed: int) -> None:
-    """Add :func:`draw_sweeps`' ``log_c1``, ``log_c2`` and ``mu`` to ``idata.posterior``
-    (what :func:`specbayes.model.sampling.add_collapsed` adds for a sampled fit: here the
-    scales ``sigma`` and ``tau`` were sampled)."""
+    """Add :func:`draw_sweeps`' ``log_c1``, ``log_c2`` and ``mu`` (and the ``moe`` level's
+    ``noise_mu``) to ``idata.posterior`` (what :func:`specbayes.model.sampling.add_collapsed`
+    adds for a sampled fit: here the scales ``sigma`` and ``tau`` were sampled)."""
     rows, lin = _rows_of(model), _linearisation_of(model)
     draws = draw_sweeps(rows, idata.posterior, lin, np.random.default_rng([seed, 7]))
-    dims = {"log_c1": "sweep", "log_c2": "sweep", "mu": "obs"}
+    dims = {"log_c1": "sweep", "log_c2": "sweep", "mu": "obs", "noise_mu": "obs"}
     for name, values in draws.items():
         coords = {dims[name]: list(model.coords[dims[name]])}
         idata.posterior[name] = xr.DataArray(
