@@ -131,8 +131,14 @@ def compile_model(model: pm.Model):
             compiled = relinearise(model, compiled, compiled_point(compiled, centre))
             centre, search = optimised_start(compiled_density(compiled), centre)
         # few axes (the hierarchy's): sampled whitened at the mode, each chain started about
-        # a posterior sd from it along every principal axis
+        # a posterior sd from it along every principal axis — but not on the moe level, where
+        # it cost time and did not help health: the paper's MoE verifiers 97 s whitened, 92 s
+        # not (its warmup saves less than its Python callback costs); four cells of
+        # Qwen3-30B-A3B one divergence (the neck of the cells' scale) at 2 seeds of 6
+        # whitened, 1 of 4 not (benchmarks/fit_speed.md, 2026-12-07 23:30)
         try:
+            if "lin_x0" in model.named_vars:
+                raise WhiteningError("the moe level samples its axes as they are")
             white = whitened(compiled, centre)
         except WhiteningError:  # no finite curvature at the start: sampled as it is
             pass
