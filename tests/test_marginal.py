@@ -310,6 +310,20 @@ def test_relinearising_moves_each_sweep_to_its_conditional_mean(demo_subset):
     moved = M.relinearise(model, compiled, sampling.compiled_point(compiled, centre))
     first = np.asarray(model["lin_c0"].get_value()).copy()
     np.testing.assert_array_equal(moved.shared_data["lin_c0"], first)
+    # the model's density is NumPy's at the new linearisation (the rows' sums moved with it)
+    point = model.initial_point()
+    names = ("log_c1_eff", "log_c2_eff", "tau_c1_var", "noise_var", "noise_growth")
+    outs = model.replace_rvs_by_values([model[n] for n in names])
+    m1, m2, tau1_var, s2, g = model.compile_fn(
+        outs, inputs=model.value_vars, on_unused_input="ignore"
+    )(point)
+    lin, rows = M._linearisation_of(model), M._rows_of(model)
+    want = M.marginal_logp(
+        rows.log_latency, m1, m2, np.sqrt(tau1_var), 0.005, s2, g, lin.mu0, lin.jac, lin.ell,
+        rows.log_count, sweep=rows.obs_sweep, c0=lin.c0,
+    )  # fmt: skip
+    got = model.compile_logp(vars=[model["log_latency"]])(point)
+    assert got == pytest.approx(want, rel=1e-9)
     centre, _ = sampling.optimised_start(sampling.compiled_density(moved), centre)
     M.relinearise(model, moved, sampling.compiled_point(moved, centre))
     second = np.asarray(model["lin_c0"].get_value())

@@ -352,14 +352,15 @@ def _conditional(sums, delta1, delta2, tau1, jitter, sigma2):
 
 
 def marginal_logp(value, m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log_count, *,
-                  sweep, c0, log_x=None, x0=None):  # fmt: skip
+                  sweep, c0, log_x=None, x0=None, totals=None):  # fmt: skip
     r"""The rows' log density with every sweep's costs integrated out (module docstring):
     ``m1``, ``m2`` the sweeps' decomposition (log C1, log C2), ``tau1``, ``jitter`` their
     deviation scales, ``sigma2`` the noise variance, ``gamma`` the noise growth; ``mu0``,
     ``jac``, ``ell`` the rows' :class:`Linearisation`, ``log_count`` theirs
     (:func:`~specbayes.model.design.log_counts`), ``sweep`` each row's sweep (NumPy), ``c0``
     the points; on the ``moe`` level ``log_x`` the sweeps' log expert reads and ``x0`` the
-    linearisation's."""
+    linearisation's. ``totals``: :math:`(\\sum_i \\ell_i, \\sum_i \\log(n_i/n_\\mathrm{ref}))`
+    where a graph holds them as data (two sums over the rows a gradient need not repeat)."""
     xp = np if isinstance(m1, np.ndarray) and isinstance(value, np.ndarray) else pt
     n_sweeps = int(np.max(sweep)) + 1  # every sweep has rows
     sums = _sums(xp, value, mu0, jac, ell, log_count, gamma, sweep, n_sweeps, x0 is not None)
@@ -371,7 +372,8 @@ def marginal_logp(value, m1, m2, tau1, jitter, sigma2, gamma, mu0, jac, ell, log
     else:
         per_sweep = SweepTerms()(sums, m1, m2, c0, tau1, jitter, sigma2)[0]
     n = value.shape[0]
-    log_w = gamma * xp.sum(ell) - 0.5 * xp.sum(log_count)
+    ell_sum, count_sum = (xp.sum(ell), xp.sum(log_count)) if totals is None else totals
+    log_w = gamma * ell_sum - 0.5 * count_sum
     return -0.5 * n * xp.log(2.0 * np.pi * sigma2) - log_w + per_sweep
 
 
@@ -554,7 +556,9 @@ def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin
         "jac": pm.Data("lin_jac", lin.jac),
         "c0": pm.Data("lin_c0", lin.c0),
         "ell": pm.Data("lin_ell", lin.ell, dims="obs"),
+        "ell_sum": pm.Data("lin_ell_sum", lin.ell.sum()),
     }
+    totals = (data["ell_sum"], np.float64(np.sum(design.log_count)))
     rows, experts, signature = row_view(design), (), "(s),(s),(),(),(),(),(n),(n,j),(n),(n),(s,j)"
     if log_x is not None:  # the moe level: each row's m/M and k for the exact law's draws
         pm.Data("expert_ratio", rows.expert_ratio, dims="obs")
@@ -563,7 +567,8 @@ def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin
 
     def logp(value, *args):
         return marginal_logp(value, *args[:10], sweep=rows.obs_sweep, c0=args[10], log_x=(
-            args[11] if experts else None), x0=args[12] if experts else None)  # fmt: skip
+            args[11] if experts else None), x0=args[12] if experts else None,
+            totals=totals)  # fmt: skip
 
     def random(*args, rng=None, size=None):
         return marginal_random(*args[:6], args[9], args[11] if experts else None, rng=rng,
@@ -693,7 +698,8 @@ def relinearise(model: pm.Model, compiled, point: dict):
     rows, old = _rows_of(model), _linearisation_of(model)
     x0 = None if old.x0 is None else np.log(point["expert_c1"])
     lin = linearise(rows, conditional_mean(rows, post, old)[0, 0], x0)
-    data = {"lin_c0": lin.c0, "lin_mu0": lin.mu0, "lin_jac": lin.jac, "lin_ell": lin.ell}
+    data = {"lin_c0": lin.c0, "lin_mu0": lin.mu0, "lin_jac": lin.jac, "lin_ell": lin.ell,
+            "lin_ell_sum": lin.ell.sum()}  # fmt: skip
     if x0 is not None:
         data["lin_x0"] = x0
     pm.set_data(data, model=model)
