@@ -776,9 +776,10 @@ def _group_levels(design: Design, pr: dict, loc: np.ndarray, sd: np.ndarray):
         "coef_mu_rest", mu=loc[:, j_rest], sigma=sd[:, j_rest], dims=("group", "coef_rest")
     )
     i1, i2 = coefs.index("c1p"), coefs.index("c2p")
-    c1p = pm.Normal(
-        "coef_mu_c1p", base[:, rest.index("c2p")] + loc[:, i1] - loc[:, i2], tie, dims="group"
-    )
+    # one contiguous constant: a column view of loc is a strided array, which numba cannot
+    # freeze into the compiled graph — it then recompiles the whole graph at every fit (10 s)
+    gap = np.ascontiguousarray(loc[:, i1] - loc[:, i2])
+    c1p = pm.Normal("coef_mu_c1p", base[:, rest.index("c2p")] + gap, tie, dims="group")
     full = pt.zeros((len(design.coords["group"]), len(coefs)))
     full = pt.set_subtensor(full[:, j_rest], base)
     full = pt.set_subtensor(full[:, i1], c1p)
