@@ -66,8 +66,8 @@ from specbayes.model.likelihood import draw_blocks, log_mean_latency, log_row_sc
 __all__ = [
     "Linearisation", "SweepSums", "SweepTerms", "add_draws", "conditional_mean", "draw_sweeps",
     "fold_expert_reads", "form", "integrate_sweeps", "integrated", "linearise",
-    "marginal_likelihood",
-    "marginal_logp", "register_jax", "relinearise", "row_view", "sweep_point",
+    "marginal_likelihood", "marginal_logp", "register_jax", "relinearise", "row_view",
+    "sweep_point",
 ]  # fmt: skip
 
 #: Finite-difference step (natural log of a cost) for the law's Jacobian.
