@@ -260,7 +260,8 @@ def test_the_graph_holds_no_strided_constant():
     F-contiguous; a strided view (a column of the roofline centres of several groups) is a
     dynamic global, and a graph with one is compiled afresh at every fit (paper MoE
     verifiers: 20 s, 12 s cached)."""
-    from pytensor.graph.basic import Constant, ancestors
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.traversal import ancestors
 
     df = pd.read_parquet(REPO / "data/paper.parquet")
     keep = (df["verifier"] == "Qwen3-30B-A3B") & (df["cell"] == "256x256") & df["k"].isin([0, 2])

@@ -66,8 +66,8 @@ from specbayes.model.likelihood import draw_blocks, log_mean_latency, log_row_sc
 __all__ = [
     "Linearisation", "SweepSums", "SweepTerms", "add_draws", "conditional_mean", "draw_sweeps",
     "fold_expert_reads", "form", "integrate_sweeps", "integrated", "linearise",
-    "marginal_likelihood", "marginal_logp", "register_jax", "relinearise", "row_view",
-    "sweep_point",
+    "linearised_in_reads", "marginal_likelihood", "marginal_logp", "register_jax",
+    "relinearise", "row_view", "sweep_point",
 ]  # fmt: skip
 
 #: Finite-difference step (natural log of a cost) for the law's Jacobian.
@@ -537,6 +537,12 @@ def integrated(model: pm.Model) -> bool:
     return "lin_c0" in model.named_vars
 
 
+def linearised_in_reads(model: pm.Model) -> bool:
+    """Whether ``model`` is integrated on the ``moe`` level (linearised in the expert reads
+    too: ``lin_x0`` is in its data)."""
+    return "lin_x0" in model.named_vars
+
+
 def marginal_likelihood(design, pr: dict, log_c1_eff, log_c2_eff, log_count, lin: Linearisation,
                         growth_axis: dict, log_x=None):  # fmt: skip
     """The observed ``log_latency`` of the pooled structure with the sweeps integrated out,
@@ -714,7 +720,7 @@ def _rows_of(model: pm.Model):
     def data(name):
         return np.asarray(model[name].get_value())
 
-    obs, moe = model["log_latency"], "lin_x0" in model.named_vars
+    obs, moe = model["log_latency"], linearised_in_reads(model)
     return SimpleNamespace(
         obs_sweep=data("obs_sweep"), load=data("load"), obs_closed=data("closed"),
         log_count=data("log_count"), log_latency=np.asarray(model.rvs_to_values[obs].data),
@@ -724,7 +730,7 @@ def _rows_of(model: pm.Model):
 
 
 def _linearisation_of(model: pm.Model) -> Linearisation:
-    names = ("c0", "mu0", "jac", "ell") + (("x0",) if "lin_x0" in model.named_vars else ())
+    names = ("c0", "mu0", "jac", "ell") + (("x0",) if linearised_in_reads(model) else ())
     return Linearisation(*(np.asarray(model[f"lin_{n}"].get_value()) for n in names))
 
 

@@ -124,7 +124,11 @@ def compile_model(model: pm.Model):
     t0 = time.perf_counter()
     centre, search = optimised_start(compiled_density(compiled), compiled.initial_point_func(0))
     if integrated(model):  # the sweeps integrated out: linearised where they sit
-        from specbayes.model.marginal import RELINEARISE_ROUNDS, relinearise
+        from specbayes.model.marginal import (
+            RELINEARISE_ROUNDS,
+            linearised_in_reads,
+            relinearise,
+        )
         from specbayes.model.whitening import WhiteningError, whitened
 
         for _ in range(RELINEARISE_ROUNDS):
@@ -137,12 +141,10 @@ def compile_model(model: pm.Model):
         # Qwen3-30B-A3B one divergence (the neck of the cells' scale) at 2 seeds of 6
         # whitened, 1 of 4 not (benchmarks/fit_speed.md, 2026-12-07 23:30)
         try:
-            if "lin_x0" in model.named_vars:
-                raise WhiteningError("the moe level samples its axes as they are")
-            white = whitened(compiled, centre)
+            white = None if linearised_in_reads(model) else whitened(compiled, centre)
         except WhiteningError:  # no finite curvature at the start: sampled as it is
-            pass
-        else:
+            white = None
+        if white is not None:
             initial_points(white).seconds = time.perf_counter() - t0
             initial_points(white).search = search
             return white
