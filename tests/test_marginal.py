@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,9 +17,9 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from specbayes.data import validate_sweeps
-from specbayes.model import build_design, build_model
+from specbayes.model import build_design, build_model, likelihood
 from specbayes.model import marginal as M
-from specbayes.model.likelihood import log_mean_latency, log_row_scale
+from specbayes.model.likelihood import draw_blocks, log_mean_latency, log_row_scale, over_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -186,7 +187,7 @@ def test_sweep_point_finds_each_sweeps_costs():
     np.testing.assert_allclose(M.sweep_point(rows), true, atol=1e-6)
 
 
-def test_draws_follow_each_sweeps_conditional():
+def test_draws_follow_each_sweeps_conditional(monkeypatch):
     """draw_sweeps: mean m + Q^-1 b and covariance Q^-1 per sweep."""
     rows, true = _rows(4)
     lin = M.linearise(rows, true)
@@ -217,6 +218,42 @@ def test_draws_follow_each_sweeps_conditional():
     s = rows.obs_sweep
     law = log_mean_latency(draws[:, s, 0], draws[:, s, 1], rows.load, rows.obs_closed)
     np.testing.assert_array_equal(out["mu"][0], law)
+    # the blocks' laws in threads: the very draws of one block after another
+    monkeypatch.setattr(likelihood, "BLOCK_VALUES", 2_000)
+    assert len(list(draw_blocks(1, n, len(s)))) == 40
+    runs = {}
+    for threads in (1, 3):
+        monkeypatch.setattr(likelihood, "BLOCK_THREADS", threads)
+        runs[threads] = M.draw_sweeps(rows, post, lin, np.random.default_rng(0))
+    for name in ("log_c1", "log_c2", "mu"):
+        np.testing.assert_array_equal(runs[1][name], runs[3][name])
+
+
+def test_blocks_run_in_threads_in_order_and_raise_their_errors():
+    """over_blocks: the blocks' arguments made in order in the calling thread, every block's
+    work done (in threads), at most two blocks a thread waiting, a block's error raised."""
+    made, done, waiting = [], np.zeros(40), []
+
+    def blocks():
+        for i in range(40):
+            made.append(i)
+            waiting.append(len(made) - int((done > 0).sum()))
+            yield (i,)
+
+    def work(i):
+        time.sleep(0.002)  # slower than making a block: without the bound, all would wait
+        done[i] = i + 1
+
+    over_blocks(blocks(), work, threads=3)
+    assert made == list(range(40)) and np.array_equal(done, np.arange(1, 41))
+    assert max(waiting) <= 2 * 3 + 1  # two a thread at most, and the one just made
+
+    def fails(i):
+        if i == 7:
+            raise ValueError("block 7")
+
+    with pytest.raises(ValueError, match="block 7"):
+        over_blocks(blocks(), fails, threads=2)
 
 
 @pytest.fixture(scope="module")

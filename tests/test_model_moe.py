@@ -160,6 +160,32 @@ def test_moe_model_has_a_proper_prior_and_a_finite_density(moe_rows, sweeps):
         build_model(design, {"inverse_knee": {"mu": 0.0, "sigma": 1.0}})
 
 
+def test_an_integrated_fits_noise_grows_with_the_sampled_fits_noise_location(moe_rows):
+    """The integrated fit does not store ``noise_mu``; the stored groups evaluate it per block
+    of draws (``marginal.noise_location``) — the sampled graph's ``noise_mu`` (the law
+    without expert reads) at the same sweep costs, and not the law with them."""
+    import xarray as xr
+
+    from specbayes.model.marginal import noise_location, row_view
+
+    design = build_design(validate_sweeps(moe_rows), "moe")
+    model = build_model(design, {"sweeps": "sampled"})
+    point = model.initial_point()
+
+    def at_point(name):
+        (out,) = model.replace_rvs_by_values([model[name]])
+        return model.compile_fn(out, inputs=model.value_vars, on_unused_input="ignore")(point)
+
+    post = xr.Dataset(
+        {n: (("chain", "draw", "sweep"), at_point(n)[None, None]) for n in ("log_c1", "log_c2")}
+    )
+    block = (0, slice(0, 1))  # a draw_blocks block: (chain, draws)
+    location = noise_location(row_view(design), post, block)
+    assert location.shape == (1, len(design.log_latency))
+    np.testing.assert_allclose(location[0], at_point("noise_mu"), rtol=1e-9, atol=1e-12)
+    assert not np.allclose(location[0], at_point("mu"))
+
+
 def test_fixed_cost_moe_latency_closed_form_and_graph_agree_over_a_wide_range():
     """Lambert's W (NumPy) and the graph's Halley steps give the least fixed point of
     :func:`laws.moe_latency` with ``c2s = 0``, from idle to 99.9 % of the wall."""

@@ -48,9 +48,10 @@ from specbayes.model.likelihood import (
     log_density,
     log_mean_latency,
     log_row_scale,
+    over_blocks,
     posterior_log_row_scale,
 )
-from specbayes.model.marginal import integrated
+from specbayes.model.marginal import integrated, linearised_in_reads, noise_location, row_view
 from specbayes.model.metrics import (
     check_metrics,
     excess_scale,
@@ -675,20 +676,30 @@ class NextFit(CoefficientDraws):
 
     def _row_groups(self, rng) -> tuple[np.ndarray, np.ndarray]:
         """The fitted rows' pointwise log-likelihood and a predictive draw (chain, draw,
-        obs) at the graph's ``mu``, a few draws at a time (:func:`draw_blocks`): over every
-        draw at once the temporaries took 13 GB and 24 s on the paper's dense verifiers
-        (59,040 rows, 4,000 draws)."""
+        obs) at the graph's ``mu``, a few draws at a time (:func:`draw_blocks`; over every
+        draw at once the temporaries took 13 GB and 24 s on the paper's dense verifiers,
+        59,040 rows × 4,000 draws), the blocks in threads (:func:`over_blocks`)."""
         d, post = self.design, self.idata.posterior
         mu = post["mu"].values  # (chain, draw, obs): the graph's own expected log latency
         sigma = post["sigma"].values
         ll, pp = np.empty_like(mu), np.empty_like(mu)
-        for at in draw_blocks(*mu.shape):
-            log_w = posterior_log_row_scale(post, d.obs_sweep, d.log_count, at)
+        rows = row_view(d) if linearised_in_reads(self.model) else None
+
+        def noise():  # drawn in order, one block after another (over_blocks)
+            for at in draw_blocks(*mu.shape):
+                yield at, rng.standard_normal(mu[at].shape)
+
+        def groups(at, z):
+            # an integrated moe fit's noise location is not stored (marginal.noise_location)
+            location = None if rows is None else noise_location(rows, post, at)
+            log_w = posterior_log_row_scale(post, d.obs_sweep, d.log_count, at, location)
             scale = sigma[at][:, None] * np.exp(log_w)
             finite = np.isfinite(mu[at])  # a draw past a row's wall: -inf, as log_likelihood
             with np.errstate(all="ignore"):
                 ll[at] = np.where(finite, log_density(d.log_latency, mu[at], scale), -np.inf)
-                pp[at] = mu[at] + scale * rng.standard_normal(scale.shape)
+                pp[at] = mu[at] + scale * z
+
+        over_blocks(noise(), groups)
         return ll, pp
 
     def _stamp_config(self) -> None:

@@ -10,6 +10,8 @@ places an observed row past saturation: :math:`\mu` is finite for every draw.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -94,18 +96,21 @@ def log_row_scale(mu: Any, log_c1: Any, growth: Any, log_count: Any = 0.0) -> An
 
 
 def posterior_log_row_scale(
-    post: Any, sweep: np.ndarray, log_count: Any = 0.0, at: Any = Ellipsis
+    post: Any, sweep: np.ndarray, log_count: Any = 0.0, at: Any = Ellipsis, location: Any = None
 ) -> np.ndarray:
     r""":func:`log_row_scale` of the fitted rows for every posterior draw (chain, draw, obs),
-    or for the draws ``at`` selects (a :func:`draw_blocks` block: (draw, obs)): at the
-    graph's ``noise_mu`` where it has one (the knee's: the noise grows with the utilisation
-    of the law without it, :mod:`specbayes.model.graph`), else at ``mu``.
+    or for the draws ``at`` selects (a :func:`draw_blocks` block: (draw, obs)): at
+    ``location`` where given (the draws' own, e.g. an integrated ``moe`` fit's,
+    :func:`specbayes.model.marginal.noise_location`), else at the graph's ``noise_mu`` where
+    it has one (the knee's: the noise grows with the utilisation of the law without it,
+    :mod:`specbayes.model.graph`), else at ``mu``.
 
     ``post`` is the posterior with ``mu`` (and ``noise_mu``); ``sweep`` each row's sweep,
     ``log_count`` its :math:`\log(n/n_\mathrm{ref})`."""
-    location = post["noise_mu"].values if "noise_mu" in post else post["mu"].values
+    if location is None:
+        location = (post["noise_mu"] if "noise_mu" in post else post["mu"]).values[at]
     return log_row_scale(
-        location[at],
+        location,
         post["log_c1"].values[at][..., sweep],
         post["noise_growth"].values[at][..., None],
         np.asarray(log_count),
@@ -185,3 +190,37 @@ def draw_blocks(chains: int, draws: int, width: int):
     for chain in range(chains):
         for start in range(0, draws, block):
             yield chain, slice(start, start + block)
+
+
+#: Threads :func:`over_blocks` computes blocks in (at most four: each holds a block's
+#: temporaries, and the blocks' arrays stream from memory).
+BLOCK_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
+def over_blocks(blocks, work, threads: int | None = None) -> None:
+    """``work(*args)`` for every ``args`` that ``blocks`` yields, in ``threads`` threads.
+
+    ``blocks`` runs in the calling thread, in order — so whatever it draws from a random
+    generator is drawn in the same order as one block after another, and the results are
+    the same — while the blocks' NumPy loops and compiled laws, which release the GIL, run
+    on every core: on the paper's MoE verifiers (4,000 draws × 19,872 rows) the law at every
+    (draw, row) is most of the sweep draws and of the stored groups (``benchmarks/
+    fit_speed.md``, 2026-12-08). ``work`` writes its block's slice of preallocated arrays; at
+    most two blocks a thread wait, so ``blocks``' arguments do not pile up in memory. An
+    error in any block is raised here. ``threads``: :data:`BLOCK_THREADS` unless given.
+    """
+    threads = BLOCK_THREADS if threads is None else threads
+    if threads <= 1:
+        for args in blocks:
+            work(*args)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        pending: set = set()
+        for args in blocks:
+            if len(pending) >= 2 * threads:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for job in done:
+                    job.result()
+            pending.add(pool.submit(work, *args))
+        for job in pending:
+            job.result()

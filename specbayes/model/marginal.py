@@ -61,7 +61,12 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_default_op_cache_key
 
-from specbayes.model.likelihood import draw_blocks, log_mean_latency, log_row_scale
+from specbayes.model.likelihood import (
+    draw_blocks,
+    log_mean_latency,
+    log_row_scale,
+    over_blocks,
+)
 
 __all__ = [
     "Linearisation", "SweepSums", "SweepTerms", "add_draws", "conditional_mean", "draw_sweeps",
@@ -608,33 +613,47 @@ def integrate_sweeps(design, pr: dict, log_c1_eff, log_c2_eff, log_count, split:
 def draw_sweeps(rows, post, lin: Linearisation, rng) -> dict[str, np.ndarray]:
     """Draws of every sweep's costs from their conditional given each posterior draw of the
     hierarchy, and the rows' expected log latency at them (the exact law): ``log_c1``,
-    ``log_c2`` (chain, draw, sweep) and ``mu`` (chain, draw, obs); on the ``moe`` level also
-    ``noise_mu`` (the law without expert reads, whose utilisation the noise grows with, as in
-    a sampled fit). ``rows`` has the design's row arrays (:func:`row_view`), ``post`` the
-    posterior's ``log_c1_eff``, ``log_c2_eff``, ``tau``, ``noise_var``, ``noise_growth``
-    (and ``expert_c1``)."""
+    ``log_c2`` (chain, draw, sweep) and ``mu`` (chain, draw, obs). ``rows`` has the design's
+    row arrays (:func:`row_view`), ``post`` the posterior's ``log_c1_eff``, ``log_c2_eff``,
+    ``tau``, ``noise_var``, ``noise_growth`` (and ``expert_c1``). On the ``moe`` level the
+    law without expert reads, whose utilisation the noise grows with (a sampled fit's
+    ``noise_mu``), is not stored but evaluated block by block where it is read
+    (:func:`noise_location`)."""
     shape, s = post["log_c1_eff"].shape, rows.obs_sweep
     log_c1, log_c2, mu = np.empty(shape), np.empty(shape), np.empty((*shape[:2], s.size))
     log_x = None if lin.x0 is None else np.log(post["expert_c1"].values)
-    out = {"log_c1": log_c1, "log_c2": log_c2, "mu": mu}
-    if log_x is not None:
-        out["noise_mu"] = np.empty_like(mu)
-    # a block of draws at a time (likelihood.draw_blocks): over a chain's draws at once the
-    # (draw, sweep) temporaries alone took 13 s on the paper's dense verifiers, the law's over
-    # every (draw, row) 21 GB and a minute
-    for at, mean, q11, q12, q22 in _moments(rows, post, lin):
-        # plus L^-T z ~ N(0, Q^-1), Q = L L^T
-        l11 = np.sqrt(q11)
-        l21 = q12 / l11
-        l22 = np.sqrt(q22 - l21**2)
-        z1, z2 = rng.standard_normal((2, *q11.shape))
-        x2 = z2 / l22
-        log_c1[at], log_c2[at] = mean[..., 0] + (z1 - l21 * x2) / l11, mean[..., 1] + x2
-        costs = (log_c1[at][:, s], log_c2[at][:, s])
-        mu[at] = _law(rows, *costs, None if log_x is None else log_x[at][:, s])
-        if log_x is not None:
-            out["noise_mu"][at] = _law(rows, *costs)
-    return out
+
+    def costs():
+        # a block of draws at a time (likelihood.draw_blocks): over a chain's draws at once
+        # the (draw, sweep) temporaries alone took 13 s on the paper's dense verifiers, the
+        # law's over every (draw, row) 21 GB and a minute
+        for at, mean, q11, q12, q22 in _moments(rows, post, lin):
+            # plus L^-T z ~ N(0, Q^-1), Q = L L^T
+            l11 = np.sqrt(q11)
+            l21 = q12 / l11
+            l22 = np.sqrt(q22 - l21**2)
+            z1, z2 = rng.standard_normal((2, *q11.shape))
+            x2 = z2 / l22
+            log_c1[at], log_c2[at] = mean[..., 0] + (z1 - l21 * x2) / l11, mean[..., 1] + x2
+            yield (at,)
+
+    def law(at):  # the rows' law at the block's drawn costs, beside the next block's draws
+        reads = None if log_x is None else log_x[at][:, s]
+        mu[at] = _law(rows, log_c1[at][:, s], log_c2[at][:, s], reads)
+
+    over_blocks(costs(), law)
+    return {"log_c1": log_c1, "log_c2": log_c2, "mu": mu}
+
+
+def noise_location(rows, post, at) -> np.ndarray:
+    """The ``moe`` level's law without expert reads at the drawn sweep costs (draw, obs) for
+    the draws ``at`` selects (a :func:`~specbayes.model.likelihood.draw_blocks` block): what
+    the rows' noise grows with (a sampled fit's ``noise_mu``). Evaluated per block, not
+    stored: on the paper's MoE verifiers (4,000 draws × 19,872 rows) a stored array would be
+    636 MB of fresh memory, which the benchmark machine maps at 3–13 s a GB on first touch
+    (``benchmarks/fit_speed.md``, 2026-12-08)."""
+    s = rows.obs_sweep
+    return _law(rows, post["log_c1"].values[at][..., s], post["log_c2"].values[at][..., s])
 
 
 def conditional_mean(rows, post, lin: Linearisation) -> np.ndarray:
@@ -735,12 +754,12 @@ def _linearisation_of(model: pm.Model) -> Linearisation:
 
 
 def add_draws(idata, model: pm.Model, seed: int) -> None:
-    """Add :func:`draw_sweeps`' ``log_c1``, ``log_c2`` and ``mu`` (and the ``moe`` level's
-    ``noise_mu``) to ``idata.posterior`` (what :func:`specbayes.model.sampling.add_collapsed`
-    adds for a sampled fit: here the scales ``sigma`` and ``tau`` were sampled)."""
+    """Add :func:`draw_sweeps`' ``log_c1``, ``log_c2`` and ``mu`` to ``idata.posterior``
+    (what :func:`specbayes.model.sampling.add_collapsed` adds for a sampled fit: here the
+    scales ``sigma`` and ``tau`` were sampled)."""
     rows, lin = _rows_of(model), _linearisation_of(model)
     draws = draw_sweeps(rows, idata.posterior, lin, np.random.default_rng([seed, 7]))
-    dims = {"log_c1": "sweep", "log_c2": "sweep", "mu": "obs", "noise_mu": "obs"}
+    dims = {"log_c1": "sweep", "log_c2": "sweep", "mu": "obs"}
     for name, values in draws.items():
         coords = {dims[name]: list(model.coords[dims[name]])}
         idata.posterior[name] = xr.DataArray(
