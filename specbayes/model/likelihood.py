@@ -10,7 +10,6 @@ places an observed row past saturation: :math:`\mu` is finite for every draw.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from specbayes import laws
 from specbayes.laws._common import _namespace
+from specbayes.parallel import default_workers
 
 
 def log_mean_latency(
@@ -192,9 +192,9 @@ def draw_blocks(chains: int, draws: int, width: int):
             yield chain, slice(start, start + block)
 
 
-#: Threads :func:`over_blocks` computes blocks in (at most four: each holds a block's
-#: temporaries, and the blocks' arrays stream from memory).
-BLOCK_THREADS = max(1, min(4, os.cpu_count() or 1))
+#: Threads :func:`over_blocks` computes blocks in: the CPUs this process may run on, at most
+#: four (each holds a block's temporaries, and the blocks' arrays stream from memory).
+BLOCK_THREADS = min(4, default_workers())
 
 
 def over_blocks(blocks, work, threads: int | None = None) -> None:
