@@ -160,6 +160,28 @@ def test_moe_model_has_a_proper_prior_and_a_finite_density(moe_rows, sweeps):
         build_model(design, {"inverse_knee": {"mu": 0.0, "sigma": 1.0}})
 
 
+def test_building_and_finishing_a_fit_compiles_no_c_function(moe_rows, monkeypatch):
+    """The moe level's start reads (``marginal.integrate_sweeps``) and a sampled fit's prior
+    constants (``sampling._constants``) are evaluated without PyTensor's C linker, whose
+    module cache takes 1.3–1.6 s to load in a fresh process and serves nothing else in a fit
+    (nutpie compiles with numba)."""
+    from pytensor.link.c.basic import CLinker
+
+    from specbayes.model.sampling import _constants
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a function was compiled with the C linker")
+
+    monkeypatch.setattr(CLinker, "make_thunk", refuse)
+    design = build_design(validate_sweeps(moe_rows), "moe")
+    assert "lin_x0" in build_model(design).named_vars
+    sampled = build_model(design, {"sweeps": "sampled"})
+    a, b = _constants(sampled["log_latency"].owner.inputs[-2:])
+    assert a > 0 and b > 0
+    with pytest.raises(AssertionError, match="C linker"):  # the check itself bites
+        pt.exp(pt.as_tensor(np.float64(1.0))).eval()
+
+
 def test_an_integrated_fits_noise_grows_with_the_sampled_fits_noise_location(moe_rows):
     """The integrated fit does not store ``noise_mu``; the stored groups evaluate it per block
     of draws (``marginal.noise_location``) — the sampled graph's ``noise_mu`` (the law

@@ -605,7 +605,9 @@ def integrate_sweeps(design, pr: dict, log_c1_eff, log_c2_eff, log_count, split:
     if design.level == "moe":
         log_x = pt.log(expert_costs(design, pr, split[3]))
         reads = pm.Model.get_context()["expert_cost"]
-        x0 = log_x.eval({reads: np.exp(expert_prior(design, pr)[0])})
+        # the Python linker: the default C linker's module cache takes 1.3–1.6 s to load in a
+        # fresh process, and nothing else in a fit uses it (nutpie compiles with numba)
+        x0 = log_x.eval({reads: np.exp(expert_prior(design, pr)[0])}, mode="FAST_COMPILE")
     lin = linearise(rows, sweep_point(rows, x0), x0)
     marginal_likelihood(design, pr, log_c1_eff, log_c2_eff, log_count, lin, growth_axis, log_x)
 
