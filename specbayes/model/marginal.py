@@ -652,8 +652,8 @@ def noise_location(rows, post, at) -> np.ndarray:
     the draws ``at`` selects (a :func:`~specbayes.model.likelihood.draw_blocks` block): what
     the rows' noise grows with (a sampled fit's ``noise_mu``). Evaluated per block, not
     stored: on the paper's MoE verifiers (4,000 draws × 19,872 rows) a stored array would be
-    636 MB of fresh memory, which the benchmark machine maps at 3–13 s a GB on first touch
-    (``benchmarks/fit_speed.md``, 2026-12-08)."""
+    636 MB more of a fit's memory, slow to map on first touch (``benchmarks/fit_speed.md``,
+    2026-12-08)."""
     s = rows.obs_sweep
     return _law(rows, post["log_c1"].values[at][..., s], post["log_c2"].values[at][..., s])
 

@@ -393,16 +393,6 @@ def choose_starts(logp: np.ndarray, position: np.ndarray) -> tuple[list[np.ndarr
     return points, len(trapped)
 
 
-def _constants(variables) -> tuple[float, ...]:
-    """The values of constant graph inputs (a prior's parameters), read without compiling a
-    function: ``.eval()`` would compile one with PyTensor's C linker, whose module cache takes
-    1.3–1.6 s to load in a fresh process — and nothing else in a fit uses it (nutpie compiles
-    with numba)."""
-    import pytensor.tensor as pt
-
-    return tuple(float(pt.get_underlying_scalar_constant_value(x)) for x in variables)
-
-
 def _in_turn(points: list[np.ndarray]):
     """nutpie's ``initial_point_func`` (called once per chain, from its threads): ``points``
     in turn — which chain gets which start does not matter."""
@@ -488,6 +478,16 @@ def add_collapsed(idata: az.InferenceData, model: pm.Model, seed: int) -> None:
     tau_c1 = draw_sigma(np.zeros(dev.shape[-1]), -dev, np.zeros_like(dev), a1, b1, rng)
     jitter = np.full_like(tau_c1, float(model["c2_jitter"].get_value()))
     idata.posterior["tau"] = (("chain", "draw", "cost"), np.stack([tau_c1, jitter], axis=-1))
+
+
+def _constants(variables) -> tuple[float, ...]:
+    """The values of constant graph inputs (a prior's parameters), read without compiling a
+    function: ``.eval()`` would compile one with PyTensor's C linker, whose module cache takes
+    1.3–1.6 s to load in a fresh process — and nothing else in a fit uses it (nutpie compiles
+    with numba)."""
+    import pytensor.tensor as pt
+
+    return tuple(float(pt.get_underlying_scalar_constant_value(x)) for x in variables)
 
 
 def health(idata: az.InferenceData, model: pm.Model) -> dict:
