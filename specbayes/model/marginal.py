@@ -506,10 +506,10 @@ def form(design, pr: dict, metrics: tuple) -> str:
     ``"sampled"``. ``pr["sweeps"]`` ``None`` (the default): integrated out wherever the model
     can carry it — the pooled structure with the law alone or the ``moe`` level's expert reads
     (no curvature or knee) and no per-point metrics (which read each sweep's costs) — and
-    alpha known; sampled
-    elsewhere (the anchored structure samples its sweeps' costs as its coefficients; with an
-    unknown alpha the integrated form is not healthy yet). ``"marginal"``
-    asks for it and refuses (one line) where it cannot; ``"sampled"`` samples them."""
+    alpha known; sampled elsewhere (the anchored structure samples its sweeps' costs as its
+    coefficients; with an unknown alpha the integrated form is not healthy yet).
+    ``"marginal"`` asks for it and refuses (one line) where it cannot; ``"sampled"`` samples
+    them."""
     asked = pr["sweeps"]
     if asked not in (None, "sampled", "marginal"):
         raise ValueError(f"priors['sweeps'] is 'sampled', 'marginal' or None, got {asked!r}")
